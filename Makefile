@@ -1,0 +1,32 @@
+# `make demo` and `make test` each build .venv from scratch or refresh it, then run.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench venv clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,bench]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/loopdrive demo --bank smoke --out runs/demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/sim_throughput.py
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,138 @@
+"""A built-in privileged route follower: the world's own reference driver.
+
+It reads the world state directly (route, actors, signals), plans a speed profile with IDM on the
+nearest obstacle in the route corridor, red / yellow lights and stop signs, caps speed by the
+lane limit and by curvature (2.5 m/s^2 lateral), and returns the Alpamayo-format plan: 64 ego-frame
+(x, y, yaw) waypoints at 0.1 s. It is the baseline the demo drives and the starting point of the
+expert agent; it does not overtake or nudge.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from envs.controller import PLAN_DT, PLAN_STEPS
+from envs.world import RED, YELLOW, World
+from envs.world.traffic import idm
+from scenarios import geometry as geo
+
+LAT_ACCEL = 2.5
+CORRIDOR = 1.6  # metres either side of the route centreline that count as "in my way"
+
+
+def route_speed_cap(world: World) -> np.ndarray:
+    """Per route vertex: min(lane speed limit, curvature limit), smoothed backwards for braking."""
+    c = world.c
+    cache = getattr(c, "_speed_cap", None)
+    if cache is not None:
+        return cache
+    lanes, _ = c.paths.lane_at(np.full(len(c.route_s), c.route_path), c.route_s)
+    limit = c.lane_speed_limit[lanes]
+    h = np.unwrap(geo.headings(c.route_xy))
+    ds = np.maximum(np.gradient(c.route_s), 1e-3)
+    kappa = np.abs(np.gradient(h) / ds)
+    kappa = np.convolve(kappa, np.ones(5) / 5, mode="same")
+    cap = np.minimum(limit, np.sqrt(LAT_ACCEL / np.maximum(kappa, 1e-4)))
+    for i in range(len(cap) - 2, -1, -1):  # reachable with 2 m/s^2 braking
+        step = c.route_s[i + 1] - c.route_s[i]
+        cap[i] = min(cap[i], math.sqrt(cap[i + 1] ** 2 + 2 * 2.0 * step))
+    c._speed_cap = cap
+    return cap
+
+
+class RouteFollower:
+    """Privileged driver that keeps its lane, follows leaders and obeys signals and stop signs."""
+
+    def __init__(self, time_headway: float = 1.5, min_gap: float = 3.0) -> None:
+        self.T, self.s0 = time_headway, min_gap
+        self._stopped_at: dict[int, float] = {}
+
+    def reset(self) -> None:
+        self._stopped_at = {}
+
+    def obstacle_ahead(self, world: World) -> tuple[float, float]:
+        """Gap (m, bumper to bumper) and speed along the route of the nearest actor in the corridor."""
+        st, c, a = world.state, world.c, world.c.actors
+        s_ego = st.route_s
+        idx = np.flatnonzero(st.active)
+        idx = idx[idx > 0]
+        if not len(idx):
+            return math.inf, 0.0
+        near = np.hypot(st.x[idx] - st.x[0], st.y[idx] - st.y[0]) < 70.0
+        best, v_best = math.inf, 0.0
+        lo = st.route_seg
+        hi = min(lo + 80, len(c.route_xy) - 1)
+        pts, ss = c.route_xy[lo : hi + 1], c.route_s[lo : hi + 1]
+        if len(pts) < 2:
+            return math.inf, 0.0
+        for j in idx[near]:
+            s_j, lat_j, k = geo.project(pts, ss, np.array([st.x[j], st.y[j]]))
+            if s_j <= s_ego or abs(lat_j) > CORRIDOR + a.width[j] / 2 or s_j >= ss[-1] - 0.01:
+                continue
+            gap = s_j - s_ego - (a.length[0] + a.length[j]) / 2
+            seg_h = math.atan2(pts[k + 1, 1] - pts[k, 1], pts[k + 1, 0] - pts[k, 0])
+            v_along = max(0.0, st.speed[j] * math.cos(st.yaw[j] - seg_h))
+            if gap < best:
+                best, v_best = gap, v_along
+        return best, v_best
+
+    def stop_line_ahead(self, world: World) -> float:
+        """Gap from the front bumper to the first stop line the ego must stop at."""
+        st, c = world.state, world.c
+        front = st.route_s + c.actors.length[0] / 2
+        sig = world.signal_states()
+        best = math.inf
+        for k, (s_line, sg) in enumerate(zip(c.route_stop_s, c.route_stop_sig)):
+            gap = s_line - front
+            if gap < -0.5:
+                continue
+            if sg >= 0:
+                state = sig[sg]
+                if state == RED or (state == YELLOW and st.speed[0] ** 2 / (2 * max(gap, 0.1)) < 4.0):
+                    best = min(best, gap)
+            else:  # stop sign: stop, wait a moment, then go
+                if st.stop_done[k]:
+                    self._stopped_at.setdefault(k, st.t)
+                    if st.t - self._stopped_at[k] >= 1.0:
+                        continue
+                best = min(best, gap)
+        return best
+
+    def plan(self, world: World) -> np.ndarray:
+        st, c = world.state, world.c
+        cap = route_speed_cap(world)
+        gap_obj, v_obj = self.obstacle_ahead(world)
+        gap_stop = self.stop_line_ahead(world)
+        v = float(st.speed[0])
+        s = float(st.route_s)
+        ss, vs = [], []
+        for _ in range(PLAN_STEPS):
+            v0 = float(np.interp(s + v * 0.5, c.route_s, cap))
+            acc = min(
+                idm(v, v0, gap_obj, v_obj, 1.5, 2.5, self.T, self.s0),
+                idm(v, v0, gap_stop - 0.5, 0.0, 1.5, 2.5, 0.5, 0.5) if math.isfinite(gap_stop) else math.inf,
+            )
+            acc = min(max(acc, -6.0), 1.5)
+            v_new = max(v + acc * PLAN_DT, 0.0)
+            ds = 0.5 * (v + v_new) * PLAN_DT
+            s += ds
+            gap_obj += (v_obj - 0.5 * (v + v_new)) * PLAN_DT
+            gap_stop -= ds
+            v = v_new
+            ss.append(s)
+            vs.append(v)
+        # the plan lies on the route centreline: the controller's lateral feedback closes any offset
+        pts, hs = geo.interpolate(c.route_xy, c.route_s, np.array(ss))
+        return to_ego_frame(pts, hs, float(st.x[0]), float(st.y[0]), float(st.yaw[0]))
+
+
+def to_ego_frame(pts: np.ndarray, headings: np.ndarray, x: float, y: float, yaw: float) -> np.ndarray:
+    c, s = math.cos(yaw), math.sin(yaw)
+    d = pts - np.array([x, y])
+    out = np.empty((len(pts), 3), np.float32)
+    out[:, 0] = c * d[:, 0] + s * d[:, 1]
+    out[:, 1] = -s * d[:, 0] + c * d[:, 1]
+    out[:, 2] = geo.wrap_angle(headings - yaw)
+    return out

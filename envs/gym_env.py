@@ -1,0 +1,358 @@
+"""``LoopDrive-v0``: a scenario bank as a Gymnasium environment.
+
+One ``step`` is one agent decision: the trajectory (or control) action is held for
+``decision_every`` world steps of 0.1 s (5 by default, 2 Hz; 1 = AlpaSim's 10 Hz), the controller
+tracks it, cameras are rendered for the last ``n_frames`` of those steps, and reward terms and
+events are accumulated over them. ``info["reward_terms"]`` holds every term's total for the step,
+``info["events"]`` the step's events, ``info["metrics"]`` the episode summary at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs import observations as obs_mod
+from envs.controller import PLAN_STEPS, TrajectoryController
+from envs.sensors import BEVRenderer, CameraRenderer, make_rig
+from envs.world import ACCEL_LIMITS, DT, MAX_STEER, World, compile_scenario
+from rewards import DEFAULT_REWARDS, EgoState, RewardComposer, Transition, leaderboard_score
+from scenarios import Scenario, load_bank
+
+ALL_OBSERVATIONS = ("cameras", "ego_history", "ego_state", "route", "command", "bev", "state")
+DEFAULT_OBSERVATIONS = ("cameras", "ego_history", "ego_state", "route", "command")
+BACKENDS = ("embedded",)
+TRAJ_LOW = np.tile(np.array([-50.0, -100.0, -math.pi], np.float32), (PLAN_STEPS, 1))
+TRAJ_HIGH = np.tile(np.array([300.0, 100.0, math.pi], np.float32), (PLAN_STEPS, 1))
+
+
+class InvalidActionError(ValueError):
+    pass
+
+
+class LoopDriveEnv(gym.Env):
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        bank: str = "smoke",
+        scenario: str | Scenario | None = None,
+        split: str | None = None,
+        rig: str | Sequence[Mapping[str, Any]] = "alpamayo4",
+        rewards: Mapping[str, float] | None = None,
+        action_mode: str = "trajectory",
+        backend: str = "embedded",
+        observations: Sequence[str] = DEFAULT_OBSERVATIONS,
+        camera_size: tuple[int, int] = (128, 256),
+        n_frames: int = 4,
+        decision_every: int | None = None,
+        bev_size: int = 128,
+        invalid_action: str = "raise",
+        terminate_on_collision: bool = True,
+        render_mode: str | None = None,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; available here: {list(BACKENDS)}")
+        if action_mode not in ("trajectory", "control"):
+            raise ValueError(f"action_mode must be 'trajectory' or 'control', got {action_mode!r}")
+        if invalid_action not in ("raise", "terminate"):
+            raise ValueError(f"invalid_action must be 'raise' or 'terminate', got {invalid_action!r}")
+        unknown = [o for o in observations if o not in ALL_OBSERVATIONS]
+        if unknown or not observations:
+            raise ValueError(f"unknown observations {unknown}; choose from {list(ALL_OBSERVATIONS)}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        if n_frames < 1:
+            raise ValueError(f"n_frames must be >= 1, got {n_frames}")
+
+        if isinstance(scenario, Scenario):
+            self.scenarios = [scenario]
+            self.bank_name, self.bank_version = "custom", "0"
+        else:
+            loaded = load_bank(bank, split=split)
+            self.bank_name, self.bank_version = loaded.name, loaded.version
+            self.scenarios = [loaded.get(scenario)] if scenario is not None else loaded.scenarios
+            if not self.scenarios:
+                raise ValueError(f"bank {bank!r} has no scenarios in split {split!r}")
+        self.action_mode = action_mode
+        self.decision_every = int(
+            decision_every if decision_every is not None else (5 if action_mode == "trajectory" else 1)
+        )
+        if self.decision_every < 1:
+            raise ValueError(f"decision_every must be >= 1, got {decision_every}")
+        self.observation_keys = tuple(observations)
+        self.invalid_action = invalid_action
+        self.terminate_on_collision = terminate_on_collision
+        self.render_mode = render_mode
+        self.reward_weights = dict(DEFAULT_REWARDS if rewards is None else rewards)
+        self.composer = RewardComposer(self.reward_weights)
+        self.n_frames = n_frames
+        h, w = camera_size
+        self.rig = make_rig(rig, h, w)
+        self.cameras = CameraRenderer(self.rig) if ("cameras" in observations or render_mode) else None
+        self.bev = BEVRenderer(bev_size) if ("bev" in observations or render_mode) else None
+        self.controller = TrajectoryController()
+        self.history = obs_mod.EgoHistory()
+
+        space: dict[str, spaces.Space] = {}
+        if "cameras" in observations:
+            space["cameras"] = spaces.Box(0, 255, (len(self.rig), n_frames, h, w, 3), np.uint8)
+        if "ego_history" in observations:
+            space["ego_history"] = spaces.Box(-np.inf, np.inf, (obs_mod.HISTORY_STEPS, 4), np.float32)
+        if "ego_state" in observations:
+            space["ego_state"] = spaces.Box(-np.inf, np.inf, (obs_mod.EGO_STATE_DIM,), np.float32)
+        if "route" in observations:
+            space["route"] = spaces.Box(-np.inf, np.inf, (obs_mod.ROUTE_POINTS, 2), np.float32)
+        if "command" in observations:
+            space["command"] = spaces.Discrete(len(obs_mod.COMMANDS))
+        if "bev" in observations:
+            space["bev"] = spaces.Box(0, 255, (bev_size, bev_size, 3), np.uint8)
+        if "state" in observations:
+            space["state"] = spaces.Box(-np.inf, np.inf, (obs_mod.STATE_DIM,), np.float32)
+        self.observation_space = spaces.Dict(space)
+        if action_mode == "trajectory":
+            self.action_space = spaces.Box(TRAJ_LOW, TRAJ_HIGH, dtype=np.float32)
+        else:
+            self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+        self.world: World | None = None
+        self._frames = None
+        if self.cameras is not None:
+            self._frames = np.zeros((len(self.rig), n_frames, h, w, 3), np.uint8)
+
+    # --- episode ---------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        scn = self._pick_scenario(options.get("scenario"))
+        world_seed = int(self.np_random.integers(2**31 - 1))
+        compiled = compile_scenario(scn)
+        if self.world is not None and self.world.c is compiled:
+            self.world.reset(world_seed)
+        else:
+            self.world = World(scn, world_seed, compiled)
+        self.scenario = scn
+        self.controller = TrajectoryController()
+        self.history.reset(self.world)
+        self._ego_prev = self._ego_record()
+        self._returns: dict[str, float] = dict.fromkeys(self.composer.terms, 0.0)
+        self._done = False
+        if self._frames is not None:
+            self.cameras.render(self.world, self._frames[:, -1])
+            self._frames[:, :-1] = self._frames[:, -1:]
+        return self._observe(), self._info([], {})
+
+    def _pick_scenario(self, choice: str | int | None) -> Scenario:
+        if choice is None:
+            return self.scenarios[int(self.np_random.integers(len(self.scenarios)))]
+        if isinstance(choice, (int, np.integer)):
+            return self.scenarios[int(choice) % len(self.scenarios)]
+        for s in self.scenarios:
+            if s.id == choice:
+                return s
+        raise KeyError(f"scenario {choice!r} is not in this environment's bank {self.bank_name!r}")
+
+    def step(self, action):
+        if self.world is None:
+            raise RuntimeError("call reset() before step()")
+        if self._done:
+            raise RuntimeError("the episode has ended; call reset()")
+        try:
+            control = self._check_action(action)
+        except InvalidActionError as e:
+            if self.invalid_action == "raise":
+                raise
+            self._done = True
+            event = {"type": "invalid_action", "t": self.world.t, "reason": str(e)}
+            self.world.log.append(event)
+            info = self._info([event], dict.fromkeys(self.composer.terms, 0.0))
+            info["metrics"] = self.episode_metrics()
+            return self._observe(), 0.0, True, False, info
+
+        w = self.world
+        if control is None:
+            self.controller.set_plan(
+                action, float(w.state.x[0]), float(w.state.y[0]), float(w.state.yaw[0]), float(w.state.speed[0])
+            )
+        events: list[dict[str, Any]] = []
+        terms = dict.fromkeys(self.composer.terms, 0.0)
+        reward = 0.0
+        terminated = truncated = False
+        n = self.decision_every
+        render_from = n - min(self.n_frames, n)
+        if self._frames is not None and n < self.n_frames:
+            self._frames[:, :-n] = self._frames[:, n:].copy()
+        for k in range(n):
+            st = w.state
+            if control is None:
+                accel, steer = self.controller.control(
+                    float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0])
+                )
+            else:
+                accel, steer = control
+            new_events = w.step(accel, steer)
+            self.history.push(w)
+            ego = self._ego_record()
+            r, values = self.composer(Transition(self._ego_prev, action, ego, new_events, DT, w))
+            self._ego_prev = ego
+            reward += r
+            for key, v in values.items():
+                terms[key] += v
+            events.extend(new_events)
+            if self._frames is not None and k >= render_from:
+                self.cameras.render(w, self._frames[:, self.n_frames - (n - k)])
+            terminated = self._terminal(new_events)
+            truncated = w.t >= self.scenario.duration_s - 1e-9
+            if terminated or truncated:
+                break
+        for key, v in terms.items():
+            self._returns[key] += v
+        info = self._info(events, terms)
+        if terminated or truncated:
+            self._done = True
+            info["metrics"] = self.episode_metrics()
+        return self._observe(), float(reward), terminated, truncated, info
+
+    def _check_action(self, action) -> tuple[float, float] | None:
+        a = np.asarray(action, dtype=np.float64)
+        expected = self.action_space.shape
+        if a.shape != expected:
+            raise InvalidActionError(f"{self.action_mode} action must have shape {expected}, got {a.shape}")
+        if not np.isfinite(a).all():
+            bad = np.argwhere(~np.isfinite(a))[:3].tolist()
+            raise InvalidActionError(f"{self.action_mode} action has non-finite values at {bad}")
+        if self.action_mode == "trajectory":
+            return None
+        u_acc, u_steer = float(np.clip(a[0], -1, 1)), float(np.clip(a[1], -1, 1))
+        accel = u_acc * (ACCEL_LIMITS[1] if u_acc > 0 else -ACCEL_LIMITS[0])
+        return accel, u_steer * MAX_STEER
+
+    def _terminal(self, events: list[dict[str, Any]]) -> bool:
+        for e in events:
+            if e["type"] in ("route_complete", "route_deviation"):
+                return True
+            if e["type"] == "collision" and e["at_fault"] and self.terminate_on_collision:
+                return True
+        return False
+
+    # --- observation and info ------------------------------------------------------------------------------------
+    def _ego_record(self) -> EgoState:
+        w = self.world
+        st = w.state
+        return EgoState(
+            t=st.t,
+            x=float(st.x[0]),
+            y=float(st.y[0]),
+            yaw=float(st.yaw[0]),
+            speed=float(st.speed[0]),
+            accel=float(st.accel[0]),
+            yaw_rate=st.yaw_rate,
+            steer=st.steer,
+            route_progress=w.route_progress,
+            route_completion=w.route_completion,
+            lateral=st.lateral,
+            heading_error=st.heading_error,
+            speed_limit=w.ego_speed_limit(),
+            offroad=st.offroad,
+            wrong_way=st.wrong_way,
+            off_route_lanes=st.off_route_lanes,
+        )
+
+    def _observe(self) -> dict[str, Any]:
+        w, keys = self.world, self.observation_keys
+        out: dict[str, Any] = {}
+        if "cameras" in keys:
+            out["cameras"] = self._frames.copy()
+        if "ego_history" in keys:
+            out["ego_history"] = self.history.observe(w)
+        if "ego_state" in keys:
+            out["ego_state"] = obs_mod.ego_state(w)
+        if "route" in keys:
+            out["route"] = obs_mod.route_points(w)
+        if "command" in keys:
+            out["command"] = obs_mod.route_command(w)
+        if "bev" in keys:
+            out["bev"] = self.bev.render(w)
+        if "state" in keys:
+            out["state"] = obs_mod.state_vector(w)
+        return out
+
+    def _info(self, events: list[dict[str, Any]], terms: dict[str, float]) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario.id,
+            "family": self.scenario.family,
+            "t": self.world.t,
+            "reward_terms": terms,
+            "events": events,
+        }
+
+    def episode_metrics(self) -> dict[str, Any]:
+        """Summary of the episode so far: world statistics, infraction counts, the route score."""
+        w = self.world
+        stats = w.stats()
+        counts: dict[str, int] = {}
+        for e in w.log:
+            if e["type"] != "trigger":
+                counts[e["type"]] = counts.get(e["type"], 0) + 1
+        at_fault = sum(1 for e in w.log if e["type"] == "collision" and e["at_fault"])
+        lb = leaderboard_score(w.log, stats)
+        return {
+            **stats,
+            "events": counts,
+            "at_fault_collisions": at_fault,
+            "leaderboard": lb,
+            "reward_returns": dict(self._returns),
+        }
+
+    # --- rendering ---------------------------------------------------------------------------------------------
+    def render(self):
+        if self.render_mode != "rgb_array" or self.world is None:
+            return None
+        return compose_frame(self.world, self.cameras, self.bev, self._frames)
+
+
+def compose_frame(
+    world: World,
+    cameras: CameraRenderer | None,
+    bev: BEVRenderer | None,
+    frames: np.ndarray | None = None,
+    caption: str | None = None,
+) -> np.ndarray:
+    """Cameras (latest frame) tiled in a row above, the BEV on the right, a status line."""
+    import cv2
+
+    tiles = frames[:, -1] if frames is not None else cameras.render(world)
+    n, h, w, _ = tiles.shape
+    cols = min(n, 2) if n > 1 else 1
+    rows = int(math.ceil(n / cols))
+    grid = np.zeros((rows * h, cols * w, 3), np.uint8)
+    for i in range(n):
+        r, c = divmod(i, cols)
+        grid[r * h : (r + 1) * h, c * w : (c + 1) * w] = tiles[i]
+        cv2.putText(
+            grid,
+            cameras.cameras[i].name,
+            (c * w + 4, r * h + 12),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            0.35,
+            (255, 255, 255),
+            1,
+            cv2.LINE_AA,
+        )
+    side = cv2.resize(bev.render(world), (rows * h, rows * h), interpolation=cv2.INTER_NEAREST)
+    frame = np.concatenate([grid, side], 1)
+    bar = np.full((34, frame.shape[1], 3), 20, np.uint8)
+    st = world.state
+    status = (
+        f"{world.scenario.id}  t={st.t:5.1f}s  v={st.speed[0] * 3.6:5.1f} km/h  "
+        f"route {100 * world.route_completion:5.1f}%"
+    )
+    cv2.putText(bar, status, (6, 13), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (255, 255, 255), 1, cv2.LINE_AA)
+    if caption:
+        cv2.putText(bar, caption[:140], (6, 28), cv2.FONT_HERSHEY_SIMPLEX, 0.35, (255, 220, 120), 1, cv2.LINE_AA)
+    return np.concatenate([frame, bar], 0)

@@ -1,0 +1,144 @@
+"""Observation pieces that are not images: ego history, route, command and the compact state vector.
+
+All are expressed in the current ego frame (x forward, y left), the Alpamayo convention:
+``R_t0^-1 (p - p_t0)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from envs.world import RED, YELLOW, World
+from scenarios import geometry as geo
+
+HISTORY_STEPS = 16
+ROUTE_POINTS = 32
+ROUTE_SPACING = 2.0
+N_NEIGHBOURS = 8
+NEIGHBOUR_RANGE = 60.0
+COMMANDS = ("follow", "left", "straight", "right")
+EGO_STATE_DIM = 7
+STATE_DIM = EGO_STATE_DIM + 2 * (ROUTE_POINTS // 2) + 8 * N_NEIGHBOURS + 3
+
+
+def to_ego(xy: np.ndarray, x: float, y: float, yaw: float) -> np.ndarray:
+    c, s = math.cos(yaw), math.sin(yaw)
+    dx, dy = xy[..., 0] - x, xy[..., 1] - y
+    return np.stack([c * dx + s * dy, -s * dx + c * dy], -1)
+
+
+class EgoHistory:
+    """Ring of the last 16 ego poses at 10 Hz (world frame), read out in the current ego frame."""
+
+    def __init__(self) -> None:
+        self.buf = np.zeros((HISTORY_STEPS, 4))
+        self.k = 0
+
+    def reset(self, world: World) -> None:
+        """Warm start: the ego is assumed to have driven along its route at its initial speed."""
+        st, c = world.state, world.c
+        v = float(st.speed[0])
+        back = st.route_s - v * 0.1 * np.arange(HISTORY_STEPS - 1, -1, -1)
+        pts, hs = geo.interpolate(c.route_xy, c.route_s, np.maximum(back, 0.0))
+        lat = st.lateral
+        pts = pts + lat * np.stack([-np.sin(hs), np.cos(hs)], 1)
+        self.buf[:, 0:2], self.buf[:, 2], self.buf[:, 3] = pts, hs, v
+        self.buf[-1] = st.x[0], st.y[0], st.yaw[0], v
+        self.k = 0
+
+    def push(self, world: World) -> None:
+        st = world.state
+        self.buf[self.k] = st.x[0], st.y[0], st.yaw[0], st.speed[0]
+        self.k = (self.k + 1) % HISTORY_STEPS
+
+    def observe(self, world: World) -> np.ndarray:
+        st = world.state
+        h = np.roll(self.buf, -self.k, axis=0)  # oldest first, newest (now) last
+        x, y, yaw = float(st.x[0]), float(st.y[0]), float(st.yaw[0])
+        out = np.empty((HISTORY_STEPS, 4), np.float32)
+        out[:, :2] = to_ego(h[:, :2], x, y, yaw)
+        out[:, 2] = geo.wrap_angle(h[:, 2] - yaw)
+        out[:, 3] = h[:, 3]
+        return out
+
+
+def route_points(world: World) -> np.ndarray:
+    """The next ROUTE_POINTS route centreline points at ROUTE_SPACING metres, in the ego frame."""
+    st, c = world.state, world.c
+    s = st.route_s + ROUTE_SPACING * np.arange(1, ROUTE_POINTS + 1)
+    pts, _ = geo.interpolate(c.route_xy, c.route_s, s)
+    return to_ego(pts, float(st.x[0]), float(st.y[0]), float(st.yaw[0])).astype(np.float32)
+
+
+def route_command(world: World, horizon: float = 60.0) -> int:
+    """High-level command from the route: the turn of the next junction lane within ``horizon`` m."""
+    st, c = world.state, world.c
+    lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
+    for lane_idx, start in zip(lanes, starts):
+        if lane_idx < 0 or start > st.route_s + horizon:
+            break
+        lane = c.road_map.lanes[c.lane_ids[lane_idx]]
+        if lane.junction is None or start + lane.length < st.route_s:
+            continue
+        turn = geo.wrap_angle(lane.heading[-1] - lane.heading[0])
+        return COMMANDS.index("left" if turn > 0.5 else "right" if turn < -0.5 else "straight")
+    return COMMANDS.index("follow")
+
+
+def ego_state(world: World) -> np.ndarray:
+    st = world.state
+    return np.array(
+        [st.speed[0], st.accel[0], st.yaw_rate, st.steer, world.ego_speed_limit(), st.lateral, st.heading_error],
+        np.float32,
+    )
+
+
+def state_vector(world: World) -> np.ndarray:
+    """Compact privileged state for classic RL: ego, route, 8 nearest actors, next stop line."""
+    st, c, a = world.state, world.c, world.c.actors
+    x, y, yaw = float(st.x[0]), float(st.y[0]), float(st.yaw[0])
+    out = np.zeros(STATE_DIM, np.float32)
+    out[:EGO_STATE_DIM] = ego_state(world)
+    k = EGO_STATE_DIM
+    out[k : k + ROUTE_POINTS] = route_points(world)[1::2].ravel() / 50.0
+    k += ROUTE_POINTS
+    idx = np.flatnonzero(st.active)[1:]
+    if len(idx):
+        rel = to_ego(np.stack([st.x[idx], st.y[idx]], 1), x, y, yaw)
+        dist = np.hypot(rel[:, 0], rel[:, 1])
+        near = np.argsort(dist)[:N_NEIGHBOURS]
+        near = near[dist[near] < NEIGHBOUR_RANGE]
+        j = idx[near]
+        dyaw = st.yaw[j] - yaw
+        vx, vy = st.speed[j] * np.cos(dyaw) - st.speed[0], st.speed[j] * np.sin(dyaw)
+        feats = np.stack(
+            [
+                rel[near, 0] / 50,
+                rel[near, 1] / 50,
+                vx / 10,
+                vy / 10,
+                np.cos(dyaw),
+                np.sin(dyaw),
+                a.length[j] / 5,
+                a.width[j] / 2,
+            ],
+            1,
+        )
+        out[k : k + feats.size] = feats.ravel()
+    k += 8 * N_NEIGHBOURS
+    front = st.route_s + a.length[0] / 2
+    ahead = c.route_stop_s - front
+    m = ahead > -0.5
+    if m.any():
+        i = int(np.argmax(m))
+        sg = int(c.route_stop_sig[i])
+        sig = world.signal_states()
+        state = sig[sg] if sg >= 0 else RED
+        out[k] = min(ahead[i], 100.0) / 100.0
+        out[k + 1] = 1.0 if state == RED else 0.5 if state == YELLOW else 0.0
+        out[k + 2] = 1.0 if sg < 0 else 0.0
+    else:
+        out[k] = 1.0
+    return out

@@ -1,0 +1,298 @@
+"""Compile a ``Scenario`` into the static arrays the world steps over.
+
+Everything here is computed once per scenario and shared by every episode and snapshot of it:
+the road map, the lane index, the actor table, the path table, signal programs, the ego route and
+its stop lines, the lane grid and the prepared drivable area.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import shapely
+
+from envs.world.lanegrid import LaneGrid
+from envs.world.paths import PathTable
+from envs.world.state import ActorTable, Behaviour, Kind, Motion
+from scenarios import geometry as geo
+from scenarios.banks import load_map
+from scenarios.maps import RoadMap
+from scenarios.schema import Scenario
+
+SIGNAL_STATES = {"green": 0, "yellow": 1, "red": 2}
+GREEN, YELLOW, RED = 0, 1, 2
+OFFROAD_TOLERANCE = 0.3  # metres (nuPlan's drivable-area tolerance)
+EGO_ID = "ego"
+_KINDS = {"vehicle": Kind.VEHICLE, "pedestrian": Kind.PEDESTRIAN, "cyclist": Kind.CYCLIST, "static": Kind.STATIC}
+_BEHAVIOURS = {
+    "idm": Behaviour.IDM,
+    "hard_brake": Behaviour.HARD_BRAKE,
+    "lane_change": Behaviour.LANE_CHANGE,
+    "walk": Behaviour.WALK,
+    "static": Behaviour.STATIC,
+    "replay": Behaviour.REPLAY,
+}
+
+
+@dataclass
+class Compiled:
+    scenario: Scenario
+    road_map: RoadMap
+    lane_ids: list[str]
+    lane_index: dict[str, int]
+    lane_speed_limit: np.ndarray
+    lane_in_junction: np.ndarray
+    actors: ActorTable
+    paths: PathTable
+    init: dict[str, np.ndarray]  # initial per-actor arrays: x, y, yaw, speed, s, d, path_id
+    # index sets by motion model
+    idx_path: np.ndarray
+    idx_lane_members: np.ndarray  # actors on lanes, seen by lane-matching leader search
+    idx_walk: np.ndarray
+    idx_replay: np.ndarray
+    idx_obstacles: np.ndarray  # ego + walkers + replayed actors: seen geometrically by traffic
+    # signals
+    signal_ids: list[str]
+    sig_cum_end: np.ndarray  # [S, P] cumulative phase ends
+    sig_states: np.ndarray  # [S, P]
+    sig_cycle: np.ndarray
+    sig_offset: np.ndarray
+    path_stop_s: np.ndarray  # [P, K] stop lines on each path (inf padded)
+    path_stop_sig: np.ndarray  # [P, K] signal index, -1 = stop sign
+    # ego route
+    route_path: int
+    route_xy: np.ndarray
+    route_s: np.ndarray
+    route_stop_s: np.ndarray
+    route_stop_sig: np.ndarray
+    route_start: float
+    goal_distance: float
+    corridor: np.ndarray  # [n_lanes] bool: lanes counted as "on the route"
+    grid: LaneGrid
+    drivable: object  # prepared shapely geometry, buffered by the off-road tolerance
+
+    def signal_states(self, t: float) -> np.ndarray:
+        if not len(self.signal_ids):
+            return np.zeros(0, np.int8)
+        tt = (t + self.sig_offset) % self.sig_cycle
+        k = (self.sig_cum_end <= tt[:, None]).sum(1)
+        return self.sig_states[np.arange(len(self.signal_ids)), k]
+
+
+def scenario_key(scn: Scenario) -> str:
+    return hashlib.sha1(json.dumps(scn.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+
+
+_CACHE: dict[str, Compiled] = {}
+
+
+def compile_scenario(scn: Scenario, road_map: RoadMap | None = None) -> Compiled:
+    key = scenario_key(scn)
+    if key not in _CACHE:
+        if len(_CACHE) > 32:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = _compile(scn, road_map if road_map is not None else load_map(scn))
+    return _CACHE[key]
+
+
+_GRIDS: dict[int, tuple[RoadMap, LaneGrid]] = {}
+
+
+def _grid_for(road_map: RoadMap, lane_index: dict[str, int]) -> LaneGrid:
+    """One lane grid per map object (families cache their maps, so scenarios share grids)."""
+    hit = _GRIDS.get(id(road_map))
+    if hit is None or hit[0] is not road_map:
+        if len(_GRIDS) > 16:
+            _GRIDS.pop(next(iter(_GRIDS)))
+        hit = _GRIDS[id(road_map)] = (road_map, LaneGrid(road_map, lane_index))
+    return hit[1]
+
+
+def _compile(scn: Scenario, road_map: RoadMap) -> Compiled:
+    lane_ids = list(road_map.lanes)
+    lane_index = {k: i for i, k in enumerate(lane_ids)}
+    paths = PathTable()
+
+    # --- ego route ---------------------------------------------------------------------------------
+    route_path = paths.add_lanes(road_map, scn.ego.route, lane_index)
+    route_xy = road_map.lane_sequence_polyline(scn.ego.route)
+    route_s = geo.arc_lengths(route_xy)
+    goal = scn.ego.goal_distance if scn.ego.goal_distance is not None else route_s[-1] - scn.ego.s - 1.0
+    goal = float(max(min(goal, route_s[-1] - scn.ego.s - 3.0), 0.5))
+
+    # --- actors (row 0 = ego) ---------------------------------------------------------------------------
+    n = len(scn.actors) + 1
+    f = lambda v=0.0: np.full(n, v, float)  # noqa: E731
+    table = ActorTable(
+        ids=[EGO_ID] + [a.id for a in scn.actors],
+        kind=np.zeros(n, np.int8),
+        motion=np.zeros(n, np.int8),
+        behaviour=np.zeros(n, np.int8),
+        length=f(scn.ego.length),
+        width=f(scn.ego.width),
+        height=f(1.5),
+        desired_speed=f(),
+        time_headway=f(1.5),
+        min_gap=f(2.0),
+        max_accel=f(1.5),
+        comfort_decel=f(2.5),
+        reacts_to_signals=np.zeros(n, bool),
+        follows_speed_limit=np.zeros(n, bool),
+        trigger_time=f(np.inf),
+        trigger_distance=f(-np.inf),
+        brake_decel=f(),
+        brake_hold=f(),
+        lc_target_path=np.full(n, -1),
+        lc_duration=f(1.0),
+        walk_speed=f(),
+    )
+    x, y, yaw, speed, s, d = f(), f(), f(), f(), f(), f()
+    path_id = np.full(n, -1)
+    ex, ey = geo.interpolate(route_xy, route_s, scn.ego.s)
+    x[0], y[0], yaw[0], speed[0], s[0], path_id[0] = ex[0], ex[1], float(ey), scn.ego.speed, scn.ego.s, route_path
+    table.kind[0], table.motion[0] = Kind.EGO, Motion.EGO
+
+    for i, a in enumerate(scn.actors, start=1):
+        beh = a.behaviour
+        table.kind[i] = _KINDS[a.kind]
+        table.behaviour[i] = _BEHAVIOURS[beh.type]
+        table.length[i], table.width[i], table.height[i] = a.length, a.width, a.height
+        speed[i] = a.speed
+        trig = getattr(beh, "trigger", None)
+        if trig is not None:
+            table.trigger_time[i] = trig.time if trig.time is not None else np.inf
+            table.trigger_distance[i] = trig.ego_distance if trig.ego_distance is not None else -np.inf
+        if a.lane is not None:
+            lanes = list(a.path) if a.path else road_map.follow(a.lane, 600.0)
+            if lanes[0] != a.lane:
+                lanes = [a.lane, *lanes]
+            path_id[i] = paths.add_lanes(road_map, lanes, lane_index)
+            s[i], d[i] = a.s, a.lateral
+        if beh.type in ("idm", "hard_brake", "lane_change"):
+            table.motion[i] = Motion.PATH
+            table.desired_speed[i] = beh.desired_speed if beh.desired_speed is not None else 0.0
+            table.follows_speed_limit[i] = beh.desired_speed is None
+            table.time_headway[i], table.min_gap[i] = beh.time_headway, beh.min_gap
+            table.max_accel[i], table.comfort_decel[i] = beh.max_accel, beh.comfort_decel
+            table.reacts_to_signals[i] = beh.reacts_to_signals
+            if beh.type == "hard_brake":
+                table.brake_decel[i], table.brake_hold[i] = beh.decel, beh.hold
+            if beh.type == "lane_change":
+                target = road_map.follow(beh.target_lane, 600.0)
+                table.lc_target_path[i] = paths.add_lanes(road_map, target, lane_index)
+                table.lc_duration[i] = beh.duration
+        elif beh.type == "walk":
+            table.motion[i] = Motion.WALK
+            path_id[i] = paths.add(np.asarray(beh.path, float))
+            s[i], d[i] = 0.0, 0.0
+            table.walk_speed[i] = beh.speed
+        elif beh.type == "replay":
+            table.motion[i] = Motion.REPLAY
+            table.replay_tracks[i] = np.asarray(beh.track, float)
+        else:
+            table.motion[i] = Motion.STATIC
+        if a.position is not None and a.lane is None:
+            x[i], y[i], yaw[i] = a.position
+    paths.freeze()
+
+    # poses of lane-placed and walking actors
+    placed = np.flatnonzero(path_id >= 0)
+    placed = placed[placed > 0]
+    if len(placed):
+        px, py, ph = paths.pose(path_id[placed], s[placed], d[placed])
+        x[placed], y[placed], yaw[placed] = px, py, ph
+    for i, track in table.replay_tracks.items():
+        x[i], y[i], yaw[i] = track[0, 1], track[0, 2], track[0, 3]
+
+    motion = table.motion
+    idx_walk = np.flatnonzero(motion == Motion.WALK)
+    idx_replay = np.flatnonzero(motion == Motion.REPLAY)
+    idx_lane = np.flatnonzero((path_id >= 0) & (motion != Motion.WALK) & (motion != Motion.EGO))
+
+    # --- signals ---------------------------------------------------------------------------------------------
+    signal_ids = list(road_map.signals)
+    sig_index = {k: i for i, k in enumerate(signal_ids)}
+    S = len(signal_ids)
+    Pmax = max([len(p.phases) for p in scn.signals.values()] + [1])
+    cum = np.full((S, Pmax), np.inf)
+    states = np.full((S, Pmax + 1), GREEN, np.int8)
+    cycle, offset = np.ones(S), np.zeros(S)
+    for sid, prog in scn.signals.items():
+        k = sig_index[sid]
+        durs = np.array([p.duration for p in prog.phases])
+        cum[k, : len(durs)] = np.cumsum(durs)
+        states[k, : len(durs)] = [SIGNAL_STATES[p.state] for p in prog.phases]
+        cycle[k], offset[k] = durs.sum(), prog.offset
+    for k in range(S):  # the padded tail must never be selected: repeat the last phase's state
+        n_ph = int(np.isfinite(cum[k]).sum())
+        states[k, n_ph:] = states[k, max(n_ph - 1, 0)]
+
+    n_paths = len(paths.length)
+    stops: list[list[tuple[float, int]]] = [[] for _ in range(n_paths)]
+    for sl in road_map.stop_lines:
+        li = lane_index[sl.lane]
+        sig = sig_index[sl.signal] if sl.signal is not None else -1
+        for p in range(n_paths):
+            hits = np.flatnonzero(paths.lanes[p] == li)
+            if len(hits):
+                stops[p].append((float(paths.lane_start[p, hits[0]] + sl.s), sig))
+    K = max([len(x) for x in stops] + [1])
+    stop_s, stop_sig = np.full((n_paths, K), np.inf), np.full((n_paths, K), -1)
+    for p, lst in enumerate(stops):
+        for k, (sv, sg) in enumerate(sorted(lst)):
+            stop_s[p, k], stop_sig[p, k] = sv, sg
+
+    # --- route corridor: route lanes, their same-direction neighbours and junction lanes ----------------
+    corridor = np.zeros(len(lane_ids), bool)
+    for lid in scn.ego.route:
+        todo = [lid]
+        while todo:
+            cur = todo.pop()
+            if corridor[lane_index[cur]]:
+                continue
+            corridor[lane_index[cur]] = True
+            lane = road_map.lanes[cur]
+            todo += [x for x in (lane.left, lane.right) if x is not None]
+
+    grid = _grid_for(road_map, lane_index)
+    drivable = road_map.drivable_area.buffer(OFFROAD_TOLERANCE)
+    shapely.prepare(drivable)
+    route_stop = stop_s[route_path], stop_sig[route_path]
+    finite = np.isfinite(route_stop[0])
+
+    return Compiled(
+        scenario=scn,
+        road_map=road_map,
+        lane_ids=lane_ids,
+        lane_index=lane_index,
+        lane_speed_limit=np.array([road_map.lanes[k].speed_limit for k in lane_ids]),
+        lane_in_junction=np.array([road_map.lanes[k].junction is not None for k in lane_ids]),
+        actors=table,
+        paths=paths,
+        init={"x": x, "y": y, "yaw": yaw, "speed": speed, "s": s, "d": d, "path_id": path_id},
+        idx_path=np.flatnonzero(motion == Motion.PATH),
+        idx_lane_members=idx_lane,
+        idx_walk=idx_walk,
+        idx_replay=idx_replay,
+        idx_obstacles=np.concatenate([[0], idx_walk, idx_replay]).astype(int),
+        signal_ids=signal_ids,
+        sig_cum_end=cum,
+        sig_states=states,
+        sig_cycle=cycle,
+        sig_offset=offset,
+        path_stop_s=stop_s,
+        path_stop_sig=stop_sig,
+        route_path=route_path,
+        route_xy=route_xy,
+        route_s=route_s,
+        route_stop_s=route_stop[0][finite],
+        route_stop_sig=route_stop[1][finite],
+        route_start=float(scn.ego.s),
+        goal_distance=goal,
+        corridor=corridor,
+        grid=grid,
+        drivable=drivable,
+    )

@@ -1,0 +1,114 @@
+"""All actor paths in one padded table, so every actor's pose is found with a few array ops.
+
+A path is a lane sequence (or a walker's polyline). Rows are padded to the longest path; an
+actor's pose at arc length ``s`` is one vectorised search + linear interpolation for all actors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scenarios import geometry as geo
+from scenarios.maps import RoadMap
+
+_ROW_STRIDE = 1.0e6  # arc-length offset between rows in the flattened search array
+
+
+class PathTable:
+    def __init__(self) -> None:
+        self._polylines: list[np.ndarray] = []
+        self._lanes: list[list[int]] = []
+        self._lane_starts: list[list[float]] = []
+        self._keys: dict[tuple, int] = {}
+        self.frozen = False
+
+    def add(
+        self,
+        points: np.ndarray,
+        lanes: list[int] | None = None,
+        lane_starts: list[float] | None = None,
+        key: tuple | None = None,
+    ) -> int:
+        if key is not None and key in self._keys:
+            return self._keys[key]
+        assert not self.frozen, "paths are added before the world starts"
+        self._polylines.append(np.asarray(points, float))
+        self._lanes.append(lanes or [])
+        self._lane_starts.append(lane_starts or [])
+        if key is not None:
+            self._keys[key] = len(self._polylines) - 1
+        return len(self._polylines) - 1
+
+    def add_lanes(self, road_map: RoadMap, lane_ids: list[str], lane_index: dict[str, int]) -> int:
+        key = ("lanes", *lane_ids)
+        if key in self._keys:
+            return self._keys[key]
+        pts = road_map.lane_sequence_polyline(lane_ids)
+        starts, acc = [], 0.0
+        for lid in lane_ids:
+            starts.append(acc)
+            acc += road_map.lanes[lid].length
+        return self.add(pts, [lane_index[x] for x in lane_ids], starts, key)
+
+    def freeze(self) -> None:
+        """Pack into padded arrays: xy [P, M, 2], s [P, M], heading [P, M], lane tables [P, K]."""
+        self.frozen = True
+        P = len(self._polylines)
+        M = max((len(p) for p in self._polylines), default=2)
+        K = max((len(x) for x in self._lanes), default=1) or 1
+        self.xy = np.zeros((P, M, 2))
+        self.s = np.full((P, M), np.inf)
+        self.heading = np.zeros((P, M))
+        self.length = np.zeros(P)
+        self.n_points = np.zeros(P, int)
+        self.lanes = np.full((P, K), -1, int)
+        self.lane_start = np.full((P, K), np.inf)
+        for i, pts in enumerate(self._polylines):
+            n = len(pts)
+            s = geo.arc_lengths(pts)
+            self.xy[i, :n], self.xy[i, n:] = pts, pts[-1]
+            self.s[i, :n] = s
+            self.heading[i, :n] = geo.headings(pts)
+            self.heading[i, n:] = self.heading[i, n - 1]
+            self.length[i] = s[-1]
+            self.n_points[i] = n
+            k = len(self._lanes[i])
+            self.lanes[i, :k] = self._lanes[i]
+            self.lane_start[i, :k] = self._lane_starts[i]
+        self._flat_s = (
+            np.where(np.isfinite(self.s), self.s, self.length[:, None] + 1e-3) + np.arange(P)[:, None] * _ROW_STRIDE
+        ).ravel()
+        self._M = M
+        self._s_flat = np.where(np.isfinite(self.s), self.s, 0.0).ravel()
+        self._x_flat = self.xy[..., 0].ravel().copy()
+        self._y_flat = self.xy[..., 1].ravel().copy()
+        self._h_flat = self.heading.ravel().copy()
+
+    def pose(self, path: np.ndarray, s: np.ndarray, d: np.ndarray | None = None):
+        """World x, y and heading at arc length ``s`` (and lateral offset ``d``) on rows ``path``."""
+        s = np.minimum(np.maximum(s, 0.0), self.length[path])
+        base = path * self._M
+        k = self._flat_s.searchsorted(s + path * _ROW_STRIDE, side="right") - 1
+        k = np.minimum(np.maximum(k, base), base + self.n_points[path] - 2)
+        s0 = self._s_flat[k]
+        f = (s - s0) / np.maximum(self._s_flat[k + 1] - s0, 1e-9)
+        x0, y0 = self._x_flat[k], self._y_flat[k]
+        x = x0 + f * (self._x_flat[k + 1] - x0)
+        y = y0 + f * (self._y_flat[k + 1] - y0)
+        h = self._h_flat[k]
+        if d is not None:
+            x = x - np.sin(h) * d
+            y = y + np.cos(h) * d
+        return x, y, h
+
+    def lane_at(self, path: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Lane index each actor is on and its arc length within that lane."""
+        starts = self.lane_start[path]  # [N, K]
+        k = np.maximum((starts <= s[:, None]).sum(1) - 1, 0)
+        rows = np.arange(len(path))
+        return self.lanes[path, k], s - starts[rows, k]
+
+    def project(self, path: int, xy: np.ndarray) -> tuple[float, float]:
+        n = self.n_points[path]
+        s, d, _ = geo.project(self.xy[path, :n], self.s[path, :n], xy)
+        return s, d

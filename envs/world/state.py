@@ -1,0 +1,122 @@
+"""World state as arrays (struct of arrays), Waymax-style.
+
+``ActorTable`` holds what never changes during an episode (sizes, kinds, behaviour parameters);
+``WorldState`` holds everything that does. Row 0 is always the ego. A snapshot is a deep copy of
+the ``WorldState`` (including the RNG state), which is all that ``restore`` needs.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+
+class Kind(IntEnum):
+    EGO = 0
+    VEHICLE = 1
+    PEDESTRIAN = 2
+    CYCLIST = 3
+    STATIC = 4
+
+
+class Motion(IntEnum):
+    EGO = 0  # kinematic bicycle driven by the controller
+    PATH = 1  # lane following (IDM + behaviours) along a path
+    WALK = 2  # walking along a polyline
+    STATIC = 3
+    REPLAY = 4  # non-reactive log replay
+
+
+class Behaviour(IntEnum):
+    IDM = 0
+    HARD_BRAKE = 1
+    LANE_CHANGE = 2
+    WALK = 3
+    STATIC = 4
+    REPLAY = 5
+
+
+class Mode(IntEnum):
+    WAITING = 0  # before the trigger (behaviours with triggers), or plain driving
+    ACTIVE = 1  # triggered: lane change under way / walker walking
+    BRAKING = 2
+    HOLDING = 3
+    DONE = 4
+
+
+@dataclass
+class ActorTable:
+    ids: list[str]
+    kind: np.ndarray
+    motion: np.ndarray
+    behaviour: np.ndarray
+    length: np.ndarray
+    width: np.ndarray
+    height: np.ndarray
+    # IDM
+    desired_speed: np.ndarray
+    time_headway: np.ndarray
+    min_gap: np.ndarray
+    max_accel: np.ndarray
+    comfort_decel: np.ndarray
+    reacts_to_signals: np.ndarray
+    follows_speed_limit: np.ndarray  # desired speed taken from the current lane's limit
+    # triggers and behaviour parameters
+    trigger_time: np.ndarray
+    trigger_distance: np.ndarray
+    brake_decel: np.ndarray
+    brake_hold: np.ndarray
+    lc_target_path: np.ndarray
+    lc_duration: np.ndarray
+    walk_speed: np.ndarray
+    replay_tracks: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    def index(self, actor_id: str) -> int:
+        return self.ids.index(actor_id)
+
+
+@dataclass
+class WorldState:
+    t: float
+    step: int
+    x: np.ndarray
+    y: np.ndarray
+    yaw: np.ndarray
+    speed: np.ndarray
+    accel: np.ndarray
+    active: np.ndarray
+    path_id: np.ndarray
+    s: np.ndarray
+    d: np.ndarray
+    mode: np.ndarray
+    mode_t: np.ndarray
+    lc_d0: np.ndarray
+    steer: float = 0.0
+    yaw_rate: float = 0.0
+    # ego bookkeeping along its route
+    route_s: float = 0.0
+    route_seg: int = 0
+    lateral: float = 0.0
+    heading_error: float = 0.0
+    progress: float = 0.0  # furthest route arc length reached (metres from the route start)
+    distance: float = 0.0  # odometer
+    distance_outside_route_lanes: float = 0.0
+    distance_wrong_way: float = 0.0
+    in_contact: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    offroad: bool = False
+    wrong_way: bool = False
+    off_route_lanes: bool = False
+    stop_min_speed: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    stop_done: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    time_stopped: float = 0.0
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    def copy(self) -> WorldState:
+        return copy.deepcopy(self)

@@ -1,0 +1,125 @@
+"""``loopdrive``: the command line.
+
+Subcommands import their layer lazily so ``loopdrive bank validate`` starts fast.
+
+  loopdrive bank list | show NAME | generate --name N --per-family K --seed S [--out DIR] | validate PATH
+  loopdrive demo [--bank smoke] [--out runs/demo] [--no-video]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _bank_list(args: argparse.Namespace) -> int:
+    from scenarios import bank_names, load_bank
+
+    for name in bank_names():
+        b = load_bank(name)
+        splits = ", ".join(f"{k} {v}" for k, v in b.manifest.splits.items())
+        print(f"{name:12s} v{b.version:8s} {len(b):4d} scenarios ({splits})  {b.manifest.description}")
+    return 0
+
+
+def _bank_show(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from scenarios import load_bank
+
+    b = load_bank(args.bank, split=args.split)
+    print(f"{b.name} v{b.version} at {b.path}: {len(b)} scenarios" + (f" in split {args.split}" if args.split else ""))
+    fams = Counter(s.family for s in b)
+    for fam, n in sorted(fams.items()):
+        print(f"  {fam:25s} {n:4d}")
+    if args.scenario:
+        print(json.dumps(b.get(args.scenario).model_dump(mode="json", exclude_none=True), indent=1))
+    return 0
+
+
+def _bank_generate(args: argparse.Namespace) -> int:
+    from scenarios import generate_bank
+    from scenarios.banks import BANKS_DIR
+
+    out = Path(args.out) if args.out else BANKS_DIR / args.name
+    families = args.families.split(",") if args.families else None
+    b = generate_bank(
+        out,
+        args.name,
+        args.per_family,
+        args.seed,
+        version=args.version,
+        families=families,
+        description=args.description,
+    )
+    print(f"wrote {len(b)} scenarios to {out} ({', '.join(f'{k} {v}' for k, v in b.manifest.splits.items())})")
+    return 0
+
+
+def _bank_validate(args: argparse.Namespace) -> int:
+    from scenarios import validate_path
+
+    problems = validate_path(args.path)
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} problem(s) in {args.path}", file=sys.stderr)
+        return 1
+    print(f"{args.path}: valid")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from loopdrive.demo import run_demo
+
+    return run_demo(args.bank, Path(args.out), video=not args.no_video, split=args.split)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="loopdrive", description="Closed-loop driving suite for VLA agents.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    bank = sub.add_parser("bank", help="list, show, generate and validate scenario banks")
+    bsub = bank.add_subparsers(dest="bank_command", required=True)
+    bsub.add_parser("list", help="shipped banks").set_defaults(fn=_bank_list)
+    show = bsub.add_parser("show", help="families and counts of a bank (or one scenario)")
+    show.add_argument("bank")
+    show.add_argument("--split", choices=["train", "val", "test"])
+    show.add_argument("--scenario", help="print this scenario as JSON")
+    show.set_defaults(fn=_bank_show)
+    gen = bsub.add_parser("generate", help="generate a bank reproducibly from a seed")
+    gen.add_argument("--name", required=True)
+    gen.add_argument("--per-family", type=int, required=True)
+    gen.add_argument("--seed", type=int, required=True)
+    gen.add_argument("--version", default="1.0.0")
+    gen.add_argument("--families", help="comma-separated subset (default: all)")
+    gen.add_argument("--description", default="")
+    gen.add_argument("--out", help="folder (default: scenarios/banks/NAME)")
+    gen.set_defaults(fn=_bank_generate)
+    val = bsub.add_parser("validate", help="validate a bank folder or a scenario file; exit 1 on problems")
+    val.add_argument("path")
+    val.set_defaults(fn=_bank_validate)
+
+    demo = sub.add_parser("demo", help="drive the built-in route follower through a bank, with videos")
+    demo.add_argument("--bank", default="smoke")
+    demo.add_argument("--split", choices=["train", "val", "test"])
+    demo.add_argument("--out", default="runs/demo")
+    demo.add_argument("--no-video", action="store_true")
+    demo.set_defaults(fn=_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except (FileNotFoundError, KeyError, ValueError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"loopdrive: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""What a reward term sees: the ego before and after one 0.1 s world step, the action and the events.
+
+``EgoState`` is a small immutable record built by the environment each step, so terms stay pure
+functions of a transition. ``Transition.world`` gives privileged terms (time-to-collision, ...)
+read-only access to the full world state after the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EgoState:
+    t: float
+    x: float
+    y: float
+    yaw: float
+    speed: float
+    accel: float
+    yaw_rate: float
+    steer: float
+    route_progress: float  # metres of route covered since the start
+    route_completion: float  # 0..1 of the scenario's goal distance
+    lateral: float  # signed offset from the route centreline, left positive
+    heading_error: float
+    speed_limit: float
+    offroad: bool
+    wrong_way: bool
+    off_route_lanes: bool
+
+
+@dataclass(frozen=True)
+class Transition:
+    prev: EgoState
+    action: Any
+    state: EgoState
+    events: list[dict[str, Any]] = field(default_factory=list)
+    dt: float = 0.1
+    world: Any = None
+
+    def count(self, event_type: str, **match: Any) -> int:
+        """Number of events of a type in this step, optionally matching fields (e.g. at_fault=True)."""
+        return sum(1 for e in self.events if e["type"] == event_type and all(e.get(k) == v for k, v in match.items()))

@@ -1,0 +1,285 @@
+"""Scenario banks: folders of scenario files plus ``bank.toml``, generated reproducibly from a seed.
+
+``load_bank("core", split="test")`` finds a bank shipped in ``scenarios/banks/`` (or any folder
+path), validates every file and returns the scenarios sorted by id. ``validate_path`` collects every
+problem of every file instead of stopping at the first, so ``loopdrive bank validate`` can list them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+from pydantic import ValidationError
+
+from scenarios.families import FAMILIES, build_family_map, make_scenario
+from scenarios.maps import RoadMap
+from scenarios.schema import BankManifest, Scenario, ScenarioError, format_validation_error
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+BANKS_DIR = Path(__file__).parent / "banks"
+SCENARIO_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+@dataclass
+class Bank:
+    manifest: BankManifest
+    path: Path
+    scenarios: list[Scenario]
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    def __len__(self) -> int:
+        return len(self.scenarios)
+
+    def __iter__(self):
+        return iter(self.scenarios)
+
+    def get(self, scenario_id: str) -> Scenario:
+        for s in self.scenarios:
+            if s.id == scenario_id:
+                return s
+        raise KeyError(f"bank {self.name!r} has no scenario {scenario_id!r}")
+
+
+def bank_names() -> list[str]:
+    return sorted(p.name for p in BANKS_DIR.iterdir() if (p / "bank.toml").exists()) if BANKS_DIR.exists() else []
+
+
+def resolve_bank_path(name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if (p / "bank.toml").exists():
+        return p
+    if (BANKS_DIR / str(name_or_path) / "bank.toml").exists():
+        return BANKS_DIR / str(name_or_path)
+    raise FileNotFoundError(
+        f"no scenario bank {str(name_or_path)!r}: not a folder with bank.toml, nor a shipped bank {bank_names()}"
+    )
+
+
+# --- maps ---------------------------------------------------------------------------------------------
+def load_map(scenario: Scenario, base_dir: Path | None = None) -> RoadMap:
+    spec = scenario.map
+    if spec.family is not None:
+        return build_family_map(spec.family, spec.params)
+    path = Path(spec.file)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return RoadMap.from_dict(json.loads(path.read_text()))
+
+
+def check_references(scn: Scenario, road_map: RoadMap) -> list[str]:
+    """Problems a schema cannot see: unknown lanes / signals, broken routes, positions off their lane."""
+    out: list[str] = []
+    lanes = road_map.lanes
+
+    def lane_ok(lane_id: str, where: str) -> bool:
+        if lane_id not in lanes:
+            out.append(f"{where}: unknown lane {lane_id!r}")
+            return False
+        return True
+
+    if lane_ok(scn.ego.lane, "ego.lane") and scn.ego.s > lanes[scn.ego.lane].length:
+        out.append(
+            f"ego.s: {scn.ego.s} is beyond the end of lane {scn.ego.lane!r} ({lanes[scn.ego.lane].length:.1f} m)"
+        )
+    for i, lane_id in enumerate(scn.ego.route):
+        if lane_ok(lane_id, f"ego.route[{i}]") and i > 0 and scn.ego.route[i - 1] in lanes:
+            if lane_id not in lanes[scn.ego.route[i - 1]].successors:
+                out.append(f"ego.route[{i}]: lane {lane_id!r} does not follow {scn.ego.route[i - 1]!r}")
+    for k, a in enumerate(scn.actors):
+        where = f"actors[{k}]"
+        if a.lane is not None and lane_ok(a.lane, f"{where}.lane") and a.s > lanes[a.lane].length:
+            out.append(f"{where}.s: {a.s} is beyond the end of lane {a.lane!r}")
+        for i, lane_id in enumerate(a.path or []):
+            lane_ok(lane_id, f"{where}.path[{i}]")
+        if a.behaviour.type == "lane_change":
+            lane_ok(a.behaviour.target_lane, f"{where}.behaviour.target_lane")
+    for sig in scn.signals:
+        if sig not in road_map.signals:
+            out.append(f"signals.{sig}: the map has no signal {sig!r} (has {sorted(road_map.signals)})")
+    return out
+
+
+# --- loading and validation ----------------------------------------------------------------------------
+def _read_mapping(path: Path) -> dict:
+    text = path.read_text()
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Parse and fully validate one scenario file; raises ScenarioError naming file, field and reason."""
+    path = Path(path)
+    try:
+        data = _read_mapping(path)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise ScenarioError([f"{path}: <file>: cannot read: {e}"]) from None
+    return parse_scenario(data, source=path)
+
+
+def parse_scenario(data: dict, source: str | Path = "<scenario>") -> Scenario:
+    try:
+        scn = Scenario.model_validate(data)
+    except ValidationError as e:
+        raise ScenarioError(format_validation_error(e, source)) from None
+    base = Path(source).parent if isinstance(source, Path) else None
+    try:
+        road_map = load_map(scn, base)
+    except (KeyError, ValueError, OSError) as e:
+        raise ScenarioError([f"{source}: map: {e}"]) from None
+    problems = check_references(scn, road_map)
+    if problems:
+        raise ScenarioError([f"{source}: {p}" for p in problems])
+    return scn
+
+
+def validate_path(path: str | Path) -> list[str]:
+    """Every problem in a bank folder (or a single scenario file), as ``file: field: reason`` lines."""
+    path = Path(path)
+    if path.is_file():
+        try:
+            load_scenario(path)
+        except ScenarioError as e:
+            return e.problems
+        return []
+    problems: list[str] = []
+    manifest_path = path / "bank.toml"
+    if not manifest_path.exists():
+        return [f"{manifest_path}: <file>: missing (a bank is a folder with bank.toml)"]
+    try:
+        BankManifest.model_validate(tomllib.loads(manifest_path.read_text()))
+    except tomllib.TOMLDecodeError as e:
+        problems.append(f"{manifest_path}: <file>: {e}")
+    except ValidationError as e:
+        problems += format_validation_error(e, manifest_path)
+    ids: dict[str, Path] = {}
+    for f in sorted(_scenario_files(path)):
+        try:
+            scn = load_scenario(f)
+        except ScenarioError as e:
+            problems += e.problems
+            continue
+        if scn.id in ids:
+            problems.append(f"{f}: id: duplicate scenario id {scn.id!r} (also in {ids[scn.id].name})")
+        ids[scn.id] = f
+    return problems
+
+
+def _scenario_files(path: Path) -> list[Path]:
+    root = path / "scenarios" if (path / "scenarios").is_dir() else path
+    return [p for p in root.iterdir() if p.suffix in SCENARIO_SUFFIXES]
+
+
+def load_bank(name_or_path: str | Path, split: str | None = None) -> Bank:
+    path = resolve_bank_path(name_or_path)
+    try:
+        manifest = BankManifest.model_validate(tomllib.loads((path / "bank.toml").read_text()))
+    except ValidationError as e:
+        raise ScenarioError(format_validation_error(e, path / "bank.toml")) from None
+    scenarios, problems = [], []
+    for f in sorted(_scenario_files(path)):
+        try:
+            scenarios.append(load_scenario(f))
+        except ScenarioError as e:
+            problems += e.problems
+    if problems:
+        raise ScenarioError(problems)
+    if split is not None:
+        if split not in ("train", "val", "test"):
+            raise ValueError(f"unknown split {split!r}: use train, val or test")
+        scenarios = [s for s in scenarios if s.split == split]
+    scenarios.sort(key=lambda s: s.id)
+    return Bank(manifest, path, scenarios)
+
+
+# --- generation ----------------------------------------------------------------------------------------
+def generate_bank(
+    out: str | Path,
+    name: str,
+    per_family: int,
+    seed: int,
+    version: str = "1.0.0",
+    families: list[str] | None = None,
+    split_fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
+    description: str = "",
+) -> Bank:
+    """Sample ``per_family`` scenarios of each family from ``seed``; write files and bank.toml.
+
+    Splits are stratified per family (train / val / test fractions), so every family appears in
+    every split once ``per_family`` is large enough; with one scenario per family it goes to test.
+    """
+    out = Path(out)
+    families = families or sorted(FAMILIES)
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise KeyError(f"unknown families {unknown}; known: {sorted(FAMILIES)}")
+    scen_dir = out / "scenarios"
+    scen_dir.mkdir(parents=True, exist_ok=True)
+    for old in scen_dir.glob("*.json"):
+        old.unlink()
+    root = np.random.SeedSequence(seed)
+    counts = {"train": 0, "val": 0, "test": 0}
+    for fam_name, fam_seq in zip(families, root.spawn(len(families))):
+        fam = FAMILIES[fam_name]
+        n_train = int(round(per_family * split_fractions[0]))
+        n_val = int(round(per_family * split_fractions[1]))
+        if per_family == 1:
+            n_train = n_val = 0
+        for k, seq in enumerate(fam_seq.spawn(per_family)):
+            rng = np.random.default_rng(seq)
+            params = fam.sample_params(rng)
+            split = "train" if k < n_train else "val" if k < n_train + n_val else "test"
+            scn_seed = int(rng.integers(2**31 - 1))
+            scn = make_scenario(fam_name, params, scn_seed, f"{fam_name}-{k:03d}", split)
+            counts[split] += 1
+            (scen_dir / f"{scn.id}.json").write_text(
+                json.dumps(scn.model_dump(mode="json", exclude_none=True), indent=1) + "\n"
+            )
+    manifest = BankManifest(
+        name=name,
+        version=version,
+        description=description,
+        seed=seed,
+        families=families,
+        count=sum(counts.values()),
+        splits={k: v for k, v in counts.items() if v},
+        generator={"per_family": per_family, "split_fractions": list(split_fractions)},
+    )
+    (out / "bank.toml").write_text(_manifest_toml(manifest))
+    return load_bank(out)
+
+
+def _manifest_toml(m: BankManifest) -> str:
+    q = json.dumps
+    lines = [
+        f"name = {q(m.name)}",
+        f"version = {q(m.version)}",
+        f"description = {q(m.description)}",
+        f"seed = {m.seed}",
+        f"count = {m.count}",
+        "families = [" + ", ".join(q(f) for f in m.families) + "]",
+        "",
+        "[splits]",
+        *[f"{k} = {v}" for k, v in m.splits.items()],
+        "",
+        "[generator]",
+        f"per_family = {m.generator['per_family']}",
+        "split_fractions = [" + ", ".join(str(x) for x in m.generator["split_fractions"]) + "]",
+    ]
+    return "\n".join(lines) + "\n"

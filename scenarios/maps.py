@@ -1,0 +1,216 @@
+"""The road-network model: lanes, junctions, signals, stop lines, crosswalks and drivable area.
+
+The model follows OpenDRIVE's vocabulary so an importer can fill it later: every lane is a
+centreline with a width and a speed limit, linked to its successors / predecessors and to its
+same-direction neighbours; junction connectors are ordinary lanes tagged with a junction id;
+signals control incoming lanes through stop lines. Geometry derived from the lanes (lane polygons,
+drivable area) is shapely, built once when the map is constructed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+import numpy as np
+import shapely
+from shapely.geometry import LineString, Polygon
+
+from scenarios import geometry as geo
+
+Marking = Literal["solid", "dashed", "double_solid", "none"]
+
+
+@dataclass
+class Lane:
+    id: str
+    centerline: np.ndarray
+    width: float = 3.5
+    speed_limit: float = 13.9
+    successors: list[str] = field(default_factory=list)
+    predecessors: list[str] = field(default_factory=list)
+    left: str | None = None  # same-direction neighbour on the left
+    right: str | None = None  # same-direction neighbour on the right
+    opposite: str | None = None  # oncoming lane across the left marking
+    junction: str | None = None
+    left_marking: Marking = "solid"
+    right_marking: Marking = "solid"
+
+    def __post_init__(self) -> None:
+        self.centerline = np.asarray(self.centerline, dtype=float)
+        if self.centerline.ndim != 2 or self.centerline.shape[0] < 2 or self.centerline.shape[1] != 2:
+            raise ValueError(f"lane {self.id!r}: centerline must be [N>=2, 2], got {self.centerline.shape}")
+
+    @cached_property
+    def s(self) -> np.ndarray:
+        return geo.arc_lengths(self.centerline)
+
+    @property
+    def length(self) -> float:
+        return float(self.s[-1])
+
+    @cached_property
+    def heading(self) -> np.ndarray:
+        return geo.headings(self.centerline)
+
+    @cached_property
+    def polygon(self) -> Polygon:
+        left = geo.offset(self.centerline, self.width / 2)
+        right = geo.offset(self.centerline, -self.width / 2)
+        return shapely.make_valid(Polygon(np.concatenate([left, right[::-1]])))
+
+    def edge(self, side: Literal["left", "right"]) -> np.ndarray:
+        return geo.offset(self.centerline, (self.width if side == "left" else -self.width) / 2)
+
+    def pose_at(self, s: float) -> tuple[np.ndarray, float]:
+        xy, h = geo.interpolate(self.centerline, self.s, s)
+        return xy, float(h)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "centerline": np.round(self.centerline, 4).tolist(),
+            "width": self.width,
+            "speed_limit": self.speed_limit,
+            "successors": self.successors,
+            "predecessors": self.predecessors,
+            "left": self.left,
+            "right": self.right,
+            "opposite": self.opposite,
+            "junction": self.junction,
+            "left_marking": self.left_marking,
+            "right_marking": self.right_marking,
+        }
+
+
+@dataclass
+class Signal:
+    """A traffic light: where its head is drawn and which incoming lanes it controls."""
+
+    id: str
+    position: tuple[float, float]
+    facing: float  # yaw the light faces (towards approaching traffic)
+    lanes: list[str]
+    height: float = 5.0
+
+
+@dataclass
+class StopLine:
+    """A line across ``lane`` at arc length ``s``; controlled by ``signal`` or, if None, a stop sign."""
+
+    id: str
+    lane: str
+    s: float
+    signal: str | None = None
+
+
+@dataclass
+class Crosswalk:
+    id: str
+    polygon: np.ndarray  # [4, 2]
+
+    def __post_init__(self) -> None:
+        self.polygon = np.asarray(self.polygon, dtype=float)
+
+
+@dataclass
+class RoadMap:
+    lanes: dict[str, Lane]
+    signals: dict[str, Signal] = field(default_factory=dict)
+    stop_lines: list[StopLine] = field(default_factory=list)
+    crosswalks: list[Crosswalk] = field(default_factory=list)
+    sidewalks: list[np.ndarray] = field(default_factory=list)  # polygons drawn as raised kerbs
+    extra_drivable: list[np.ndarray] = field(default_factory=list)  # e.g. junction boxes, shoulders
+
+    def __post_init__(self) -> None:
+        problems = self.check()
+        if problems:
+            raise ValueError("invalid road map: " + "; ".join(problems))
+
+    def check(self) -> list[str]:
+        """Referential integrity: every link names an existing lane, every stop line fits its lane."""
+        out = []
+        for lane in self.lanes.values():
+            for attr in ("successors", "predecessors"):
+                out += [
+                    f"lane {lane.id!r}.{attr}: unknown lane {x!r}" for x in getattr(lane, attr) if x not in self.lanes
+                ]
+            for attr in ("left", "right", "opposite"):
+                ref = getattr(lane, attr)
+                if ref is not None and ref not in self.lanes:
+                    out.append(f"lane {lane.id!r}.{attr}: unknown lane {ref!r}")
+        for sl in self.stop_lines:
+            if sl.lane not in self.lanes:
+                out.append(f"stop line {sl.id!r}: unknown lane {sl.lane!r}")
+            elif not 0 <= sl.s <= self.lanes[sl.lane].length + 1e-6:
+                out.append(f"stop line {sl.id!r}: s={sl.s:.1f} outside lane {sl.lane!r}")
+            if sl.signal is not None and sl.signal not in self.signals:
+                out.append(f"stop line {sl.id!r}: unknown signal {sl.signal!r}")
+        return out
+
+    @cached_property
+    def drivable_area(self):
+        parts = [lane.polygon for lane in self.lanes.values()]
+        parts += [Polygon(p) for p in self.extra_drivable]
+        return shapely.union_all(parts).buffer(0.05)
+
+    @cached_property
+    def bounds(self) -> tuple[float, float, float, float]:
+        return tuple(self.drivable_area.bounds)
+
+    def lane_sequence_polyline(self, lane_ids: list[str]) -> np.ndarray:
+        """Concatenated centreline of consecutive lanes (a route or an actor's path)."""
+        return geo.chain(*[self.lanes[i].centerline for i in lane_ids])
+
+    def follow(self, start: str, min_length: float, choose: int = 0) -> list[str]:
+        """Lane ids from ``start`` along successors until ``min_length`` metres are covered."""
+        ids, total = [start], self.lanes[start].length
+        while total < min_length:
+            succ = self.lanes[ids[-1]].successors
+            if not succ:
+                break
+            ids.append(succ[min(choose, len(succ) - 1)])
+            total += self.lanes[ids[-1]].length
+        return ids
+
+    def stop_line_geometry(self, sl: StopLine) -> LineString:
+        lane = self.lanes[sl.lane]
+        xy, h = lane.pose_at(sl.s)
+        n = np.array([-np.sin(h), np.cos(h)]) * lane.width / 2
+        return LineString([xy - n, xy + n])
+
+    # --- serialisation: a map file is plain JSON -------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lanes": [lane.to_dict() for lane in self.lanes.values()],
+            "signals": [
+                {"id": s.id, "position": list(s.position), "facing": s.facing, "lanes": s.lanes, "height": s.height}
+                for s in self.signals.values()
+            ],
+            "stop_lines": [{"id": s.id, "lane": s.lane, "s": s.s, "signal": s.signal} for s in self.stop_lines],
+            "crosswalks": [{"id": c.id, "polygon": c.polygon.tolist()} for c in self.crosswalks],
+            "sidewalks": [np.asarray(p).tolist() for p in self.sidewalks],
+            "extra_drivable": [np.asarray(p).tolist() for p in self.extra_drivable],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RoadMap:
+        lanes = {x["id"]: Lane(**x) for x in d["lanes"]}
+        signals = {}
+        for x in d.get("signals", []):
+            signals[x["id"]] = Signal(
+                id=x["id"],
+                position=tuple(x["position"]),
+                facing=x["facing"],
+                lanes=x["lanes"],
+                height=x.get("height", 5.0),
+            )
+        return cls(
+            lanes=lanes,
+            signals=signals,
+            stop_lines=[StopLine(**x) for x in d.get("stop_lines", [])],
+            crosswalks=[Crosswalk(**x) for x in d.get("crosswalks", [])],
+            sidewalks=[np.asarray(p, float) for p in d.get("sidewalks", [])],
+            extra_drivable=[np.asarray(p, float) for p in d.get("extra_drivable", [])],
+        )

@@ -1,0 +1,206 @@
+"""Scenario and bank schema (pydantic), with errors that name the file, the field path and the reason.
+
+A scenario file is small: the map is a procedural family with parameters (or a JSON map file), the
+ego starts on a lane at an arc length and follows a route of connected lanes, actors carry a
+behaviour, signals carry a phase program. Everything the world needs is derived from this.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ScenarioError(ValueError):
+    """One or more problems in scenario / bank files, each as ``file: field.path: reason``."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+# --- map ----------------------------------------------------------------------------------------
+class MapSpec(_Strict):
+    family: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    file: str | None = None  # JSON road map, relative to the scenario file
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MapSpec:
+        if (self.family is None) == (self.file is None):
+            raise ValueError("give exactly one of 'family' (procedural) or 'file' (JSON road map)")
+        return self
+
+
+# --- behaviours ---------------------------------------------------------------------------------
+class Trigger(_Strict):
+    """Fires at ``time`` seconds, or when the ego comes within ``ego_distance`` metres; first wins."""
+
+    time: float | None = Field(default=None, ge=0)
+    ego_distance: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _some(self) -> Trigger:
+        if self.time is None and self.ego_distance is None:
+            raise ValueError("a trigger needs 'time' or 'ego_distance'")
+        return self
+
+
+class IDM(_Strict):
+    """Lane following with the Intelligent Driver Model; reacts to leaders, the ego, peds and signals."""
+
+    type: Literal["idm"] = "idm"
+    desired_speed: float | None = Field(default=None, ge=0, le=60)  # None: the lane's speed limit
+    time_headway: float = Field(default=1.5, gt=0, le=5)
+    min_gap: float = Field(default=2.0, ge=0, le=20)
+    max_accel: float = Field(default=1.5, gt=0, le=6)
+    comfort_decel: float = Field(default=2.5, gt=0, le=9)
+    reacts_to_signals: bool = True
+
+
+class HardBrake(IDM):
+    type: Literal["hard_brake"] = "hard_brake"  # type: ignore[assignment]
+    trigger: Trigger
+    decel: float = Field(default=7.0, gt=0, le=10)
+    hold: float = Field(default=3.0, ge=0, le=600)  # seconds stopped before driving on
+
+
+class LaneChange(IDM):
+    """Change into ``target_lane`` (cut-in when it is the ego's lane) once the trigger fires."""
+
+    type: Literal["lane_change"] = "lane_change"  # type: ignore[assignment]
+    target_lane: str
+    trigger: Trigger
+    duration: float = Field(default=2.5, gt=0.5, le=10)
+
+
+class Walk(_Strict):
+    """A pedestrian walking along ``path`` (world points) at ``speed`` once triggered."""
+
+    type: Literal["walk"] = "walk"
+    path: list[tuple[float, float]] = Field(min_length=2)
+    speed: float = Field(default=1.4, gt=0, le=4)
+    trigger: Trigger = Field(default_factory=lambda: Trigger(time=0.0))
+
+
+class Static(_Strict):
+    type: Literal["static"] = "static"
+
+
+class Replay(_Strict):
+    """Non-reactive replay of a logged track: rows of (t, x, y, yaw)."""
+
+    type: Literal["replay"] = "replay"
+    track: list[tuple[float, float, float, float]] = Field(min_length=2)
+
+
+Behaviour = Annotated[IDM | HardBrake | LaneChange | Walk | Static | Replay, Field(discriminator="type")]
+
+
+class ActorSpec(_Strict):
+    id: str
+    kind: Literal["vehicle", "pedestrian", "cyclist", "static"] = "vehicle"
+    lane: str | None = None  # start lane (vehicles following lanes)
+    s: float = Field(default=0.0, ge=0)
+    lateral: float = Field(default=0.0, ge=-6, le=6)  # offset from the lane centre, left positive
+    position: tuple[float, float, float] | None = None  # x, y, yaw: for walkers / static props
+    speed: float = Field(default=0.0, ge=0, le=60)
+    path: list[str] | None = None  # lanes to follow; default: successors from ``lane``
+    length: float = Field(default=4.6, gt=0.2, le=25)
+    width: float = Field(default=1.9, gt=0.2, le=4)
+    height: float = Field(default=1.5, gt=0.2, le=5)
+    behaviour: Behaviour = Field(default_factory=IDM)
+
+    @model_validator(mode="after")
+    def _placed(self) -> ActorSpec:
+        if self.lane is None and self.position is None and self.behaviour.type not in ("walk", "replay"):
+            raise ValueError("an actor needs a 'lane' or a 'position'")
+        return self
+
+
+# --- ego, signals, success ------------------------------------------------------------------------
+class EgoSpec(_Strict):
+    lane: str
+    s: float = Field(default=0.0, ge=0)
+    speed: float = Field(default=0.0, ge=0, le=40)
+    route: list[str] = Field(min_length=1)  # connected lane ids, starting with ``lane``
+    goal_distance: float | None = Field(default=None, gt=0)  # metres along the route; None: its end
+    length: float = 4.8
+    width: float = 2.0
+
+
+class SignalPhase(_Strict):
+    state: Literal["green", "yellow", "red"]
+    duration: float = Field(gt=0, le=300)
+
+
+class SignalProgram(_Strict):
+    phases: list[SignalPhase] = Field(min_length=1)
+    offset: float = 0.0  # seconds into the cycle at t = 0
+
+
+class SuccessCriteria(_Strict):
+    route_completion: float = Field(default=0.95, gt=0, le=1)
+    allow_infractions: bool = False
+
+
+class Scenario(_Strict):
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    family: str = "custom"
+    description: str = ""
+    split: Literal["train", "val", "test"] = "test"
+    seed: int = 0
+    params: dict[str, Any] = Field(default_factory=dict)
+    map: MapSpec
+    ego: EgoSpec
+    actors: list[ActorSpec] = Field(default_factory=list)
+    signals: dict[str, SignalProgram] = Field(default_factory=dict)
+    duration_s: float = Field(default=30.0, gt=0, le=600)
+    success: SuccessCriteria = Field(default_factory=SuccessCriteria)
+    tags: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_actor_ids(self) -> Scenario:
+        seen: set[str] = set()
+        for a in self.actors:
+            if a.id in seen or a.id == "ego":
+                raise ValueError(f"duplicate or reserved actor id {a.id!r}")
+            seen.add(a.id)
+        if self.ego.route[0] != self.ego.lane:
+            raise ValueError("ego.route must start with ego.lane")
+        return self
+
+
+class BankManifest(_Strict):
+    """``bank.toml``: what a bank is and how it was generated."""
+
+    name: str
+    version: str
+    description: str = ""
+    seed: int = 0
+    families: list[str] = Field(default_factory=list)
+    count: int = Field(ge=0)
+    splits: dict[str, int] = Field(default_factory=dict)
+    generator: dict[str, Any] = Field(default_factory=dict)
+
+
+def format_validation_error(err: ValidationError, source: str | Path) -> list[str]:
+    """``file: a.b[2].c: reason`` lines from a pydantic error."""
+    lines = []
+    for e in err.errors():
+        path = ""
+        for part in e["loc"]:
+            if isinstance(part, int):
+                path += f"[{part}]"
+            elif part in ("idm", "hard_brake", "lane_change", "walk", "static", "replay"):
+                continue  # discriminator branch names add noise, not information
+            else:
+                path += f".{part}" if path else str(part)
+        lines.append(f"{source}: {path or '<root>'}: {e['msg']}")
+    return lines
