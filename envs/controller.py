@@ -1,9 +1,10 @@
 """Trajectory tracking: turn the agent's 64 x (x, y, yaw) ego-frame plan into (accel, steer).
 
 The plan is anchored at the ego pose of the decision that produced it and tracked until the next
-one. Lateral control is curvature feed-forward plus feedback on lateral and heading error (a
-kinematic LQR-style law; exact on a kinematic bicycle in steady state, so a 15 m radius curve at
-8 m/s is tracked within centimetres). Longitudinal control follows the plan's time
+one. Lateral control is curvature feed-forward plus feedback on lateral and heading error, with
+gains scaled by speed so the linearised error dynamics have the same natural frequency and damping
+at every speed (exact on a kinematic bicycle in steady state: a 15 m radius curve at 8 m/s is
+tracked within centimetres). Longitudinal control follows the plan's time
 parameterisation: feed-forward acceleration plus feedback on speed and along-track position.
 Outputs respect AlpaSim's limits (accel [-8, 6] m/s^2, steer +-45 deg), applied by the world.
 """
@@ -23,11 +24,11 @@ PLAN_DT = 0.1
 
 @dataclass
 class ControllerGains:
-    k_lateral: float = 0.35  # 1/m: steering curvature per metre of lateral error
-    k_heading: float = 1.2  # 1/m per rad, scaled by speed below
+    omega: float = 3.0  # rad/s: natural frequency of the lateral error dynamics
+    zeta: float = 0.9  # damping ratio of the lateral error dynamics
     k_speed: float = 1.5  # 1/s
     k_position: float = 0.6  # 1/s^2
-    preview: float = 0.45  # s: look-ahead for actuator lag
+    preview: float = 0.05  # s: look-ahead for actuator lag
 
 
 class TrajectoryController:
@@ -91,8 +92,8 @@ class TrajectoryController:
         e_lat = math.copysign(math.sqrt(float((err[k] ** 2).sum())), cross)
         return s_ego, e_lat, h_path
 
-    def control(self, x: float, y: float, yaw: float, speed: float) -> tuple[float, float]:
-        """(accel, steer) for the next DT given the current ego state."""
+    def control(self, x: float, y: float, yaw: float, speed: float, steer: float = 0.0) -> tuple[float, float]:
+        """(accel, steer) for the next DT given the current ego state (and current wheel angle)."""
         if self.plan_xy is None:
             return -3.0, 0.0
         g = self.g
@@ -105,16 +106,18 @@ class TrajectoryController:
         a_ff = (v_next - v_ref) / DT
 
         s_ego, e_lat, h_path = self._project(x, y)
-        e_head = (yaw - h_path + math.pi) % (2 * math.pi) - math.pi
+        # the centre of mass moves along yaw + slip angle, not along yaw
+        slip = math.atan(0.5 * math.tan(steer))
+        e_head = (yaw + slip - h_path + math.pi) % (2 * math.pi) - math.pi
 
         # lateral: curvature feed-forward at the preview point + feedback
         s_prev = s_ego + max(speed, 1.0) * g.preview
         kappa = float(np.interp(s_prev, self.path_s, self.path_k))
         plan_moving = self.path_s[-1] - s_ego > 0.3
         if plan_moving:
-            kappa_cmd = (
-                kappa - g.k_lateral * e_lat * (1.0 / (1.0 + 0.1 * speed)) - g.k_heading * e_head / max(speed, 2.0)
-            )
+            # e'' = v^2 kappa on a kinematic bicycle: these gains give omega / zeta at every speed
+            v_eff = max(speed, 3.0)
+            kappa_cmd = kappa - (g.omega / v_eff) ** 2 * e_lat - 2.0 * g.zeta * g.omega / v_eff * e_head
             steer = math.atan(WHEELBASE * kappa_cmd)
         else:
             steer = 0.0

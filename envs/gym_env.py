@@ -191,7 +191,7 @@ class LoopDriveEnv(gym.Env):
             st = w.state
             if control is None:
                 accel, steer = self.controller.control(
-                    float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0])
+                    float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]), st.steer
                 )
             else:
                 accel, steer = control

@@ -22,10 +22,24 @@ from scenarios.schema import Scenario
 
 @dataclass(frozen=True)
 class Range:
+    """Sampling range [lo, hi]; ``valid`` are the hard limits a hand-written scenario may use
+    (default: lo / 4 .. hi * 4 for positive ranges), so a typo cannot ask for a 10 km map."""
+
     lo: float
     hi: float
     integer: bool = False
     log: bool = False
+    valid: tuple[float, float] | None = None
+
+    def check(self, value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            return f"must be a number, got {value!r}"
+        if self.integer and int(value) != value:
+            return f"must be an integer, got {value!r}"
+        lo, hi = self.valid or (self.lo / 4 if self.lo > 0 else self.lo, self.hi * 4 if self.hi > 0 else self.hi)
+        if not lo <= value <= hi:
+            return f"{value!r} is outside the valid range [{lo}, {hi}] (sampled from [{self.lo}, {self.hi}])"
+        return None
 
     def sample(self, rng: np.random.Generator) -> float | int:
         if self.integer:
@@ -41,6 +55,9 @@ class Choice:
 
     def sample(self, rng: np.random.Generator) -> Any:
         return self.options[int(rng.integers(len(self.options)))]
+
+    def check(self, value: Any) -> str | None:
+        return None if value in self.options else f"{value!r} is not one of {list(self.options)}"
 
 
 @dataclass(frozen=True)
@@ -85,7 +102,11 @@ def build_family_map(name: str, params: dict[str, Any]) -> RoadMap:
     full = {k: params[k] for k in fam.params if k in params}
     missing = [k for k in fam.params if k not in full]
     if missing:
-        raise KeyError(f"map family {name!r} needs parameters {missing}")
+        raise ValueError(f"map family {name!r} needs parameters {missing}")
+    for key, space in fam.params.items():
+        problem = space.check(full[key])
+        if problem:
+            raise ValueError(f"params.{key}: {problem}")
     return _cached_map(name, tuple(sorted(full.items())))
 
 
@@ -196,7 +217,7 @@ def _map_straight(p: dict) -> RoadMap:
         "lanes": Range(1, 3, integer=True),
         "length": Range(250, 400),
         "speed_limit": Choice((11.1, 13.9, 16.7, 22.2, 27.8)),
-        "density": Range(0.2, 2.0),
+        "density": Range(0.2, 2.0, valid=(0.0, 10.0)),
     },
     _map_straight,
     tags=("lane_keeping",),
@@ -248,7 +269,7 @@ def _map_curve(p: dict) -> RoadMap:
         "angle": Range(45, 150),
         "direction": Choice(("left", "right")),
         "speed_limit": Choice((11.1, 13.9, 16.7)),
-        "density": Range(0.0, 1.0),
+        "density": Range(0.0, 1.0, valid=(0.0, 10.0)),
     },
     _map_curve,
     tags=("curve",),
@@ -290,7 +311,7 @@ def _map_sbend(p: dict) -> RoadMap:
         "angle": Range(40, 100),
         "first": Choice(("left", "right")),
         "speed_limit": Choice((11.1, 13.9, 16.7)),
-        "density": Range(0.0, 1.0),
+        "density": Range(0.0, 1.0, valid=(0.0, 10.0)),
     },
     _map_sbend,
     tags=("curve",),
@@ -344,8 +365,8 @@ def _ego_route_through(m: RoadMap, incoming: str, out_arm: str) -> list[str]:
         "speed_limit": Choice((11.1, 13.9)),
         "green_ns": Range(8, 25),
         "green_ew": Range(8, 25),
-        "offset": Range(0, 40),
-        "density": Range(0.3, 1.5),
+        "offset": Range(0, 40, valid=(0, 300)),
+        "density": Range(0.3, 1.5, valid=(0.0, 10.0)),
     },
     _map_four_way,
     tags=("junction", "traffic_light"),
@@ -448,7 +469,7 @@ def _map_t(p: dict) -> RoadMap:
     {
         "maneuver": Choice(("left", "right")),
         "speed_limit": Choice((11.1, 13.9)),
-        "density": Range(0.2, 1.2),
+        "density": Range(0.2, 1.2, valid=(0.0, 10.0)),
     },
     _map_t,
     tags=("junction", "stop_sign", "yield"),
@@ -492,7 +513,7 @@ def _map_merge(p: dict) -> RoadMap:
     {
         "lanes": Range(2, 3, integer=True),
         "speed_limit": Choice((22.2, 25.0, 27.8)),
-        "density": Range(0.3, 1.5),
+        "density": Range(0.3, 1.5, valid=(0.0, 10.0)),
         "ramp_length": Range(80, 140),
     },
     _map_merge,
@@ -520,7 +541,7 @@ def _map_two_same(p: dict) -> RoadMap:
         "speed_limit": Choice((13.9, 16.7, 22.2)),
         "lead_speed": Range(2.0, 6.0),
         "lead_gap": Range(30, 60),
-        "density": Range(0.0, 0.6),
+        "density": Range(0.0, 0.6, valid=(0.0, 10.0)),
     },
     _map_two_same,
     tags=("lane_change", "overtake"),
@@ -568,8 +589,8 @@ def _pop_lead_brake(m: RoadMap, p: dict, rng) -> dict:
     {
         "length": Range(300, 400),
         "speed_limit": Choice((13.9, 16.7, 22.2)),
-        "trigger_gap": Range(6.0, 18.0),
-        "rel_speed": Range(-4.0, -0.5),
+        "trigger_gap": Range(10.0, 22.0),
+        "rel_speed": Range(-3.0, -0.5),
         "duration": Range(1.5, 3.5),
     },
     _map_two_same,
@@ -605,7 +626,7 @@ def _map_ped(p: dict) -> RoadMap:
         "variant": Choice(("crosswalk", "jaywalk")),
         "speed_limit": Choice((8.3, 11.1, 13.9)),
         "ped_speed": Range(0.8, 2.2),
-        "trigger_distance": Range(18, 40),
+        "trigger_distance": Range(25, 45),
     },
     _map_ped,
     tags=("pedestrian",),
@@ -668,7 +689,7 @@ def _map_nudge(p: dict) -> RoadMap:
     {
         "speed_limit": Choice((8.3, 11.1, 13.9)),
         "parked_s": Range(70, 110),
-        "oncoming": Range(0, 3, integer=True),
+        "oncoming": Range(0, 3, integer=True, valid=(0, 10)),
         "oncoming_gap": Range(25, 60),
     },
     _map_nudge,
@@ -708,7 +729,7 @@ def _map_jam(p: dict) -> RoadMap:
     "Dense stop-and-go traffic on a multi-lane road (20+ vehicles).",
     {
         "lanes": Range(2, 3, integer=True),
-        "density": Range(3.0, 5.0),
+        "density": Range(3.0, 5.0, valid=(0.0, 10.0)),
         "jam_speed": Range(1.0, 5.0),
         "brake_time": Range(3.0, 10.0),
     },

@@ -1,0 +1,29 @@
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import pytest  # noqa: E402
+
+import envs  # noqa: E402,F401  (registers the environments)
+from scenarios import load_bank, make_scenario  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smoke():
+    return load_bank("smoke")
+
+
+@pytest.fixture
+def curve15():
+    """A 15 m radius left curve on an empty road."""
+    return make_scenario(
+        "curve", {"radius": 15.0, "angle": 150.0, "direction": "left", "speed_limit": 13.9, "density": 0.0}, 0, "curve15"
+    )
+
+
+@pytest.fixture
+def empty_straight():
+    return make_scenario(
+        "straight", {"lanes": 1, "length": 300.0, "speed_limit": 13.9, "density": 0.0}, 0, "empty_straight"
+    )

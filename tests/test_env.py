@@ -1,0 +1,185 @@
+"""The Gymnasium contract: spaces, check_env, determinism, rewards, bad actions, vector envs."""
+
+import textwrap
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs
+from envs import InvalidActionError, RouteFollower
+from rewards import RewardConfigError
+
+
+@pytest.mark.parametrize("env_id", envs.ENV_IDS)
+def test_check_env_passes(env_id):
+    env = gym.make(env_id)
+    check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_observation_contract():
+    env = gym.make("LoopDrive-v0", bank="smoke", scenario="signalized_intersection-000")
+    obs, info = env.reset(seed=0)
+    assert obs["cameras"].shape == (4, 4, 128, 256, 3) and obs["cameras"].dtype == np.uint8
+    assert obs["ego_history"].shape == (16, 4) and obs["ego_history"].dtype == np.float32
+    assert np.allclose(obs["ego_history"][-1, :3], 0.0, atol=1e-5)  # now = origin of the ego frame
+    assert (np.diff(obs["ego_history"][:, 0]) >= -1e-4).all()  # history lies behind, in order
+    assert obs["route"].shape == (32, 2) and obs["route"][0, 0] > 0
+    assert obs["command"] in range(4)
+    assert env.observation_space.contains(obs)
+    assert info["scenario"] == "signalized_intersection-000" and info["events"] == []
+
+
+def test_a_step_is_one_decision_of_five_world_steps():
+    env = gym.make("LoopDrive-v0", observations=("state",), scenario="straight-000")
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(RouteFollower().plan(env.unwrapped.world))
+    assert info["t"] == pytest.approx(0.5)
+    env = gym.make("LoopDrive-v0", observations=("state",), scenario="straight-000", decision_every=1)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(RouteFollower().plan(env.unwrapped.world))
+    assert info["t"] == pytest.approx(0.1)
+
+
+def _episode(env, seed=0, steps=30):
+    obs, _ = env.reset(seed=seed)
+    driver = RouteFollower()
+    frames, rewards, events = [obs], [], []
+    for _ in range(steps):
+        obs, r, term, trunc, info = env.step(driver.plan(env.unwrapped.world))
+        frames.append(obs)
+        rewards.append(r)
+        events.append(info["events"])
+        if term or trunc:
+            break
+    return frames, rewards, events
+
+
+def test_same_seed_and_actions_give_identical_observations_and_rewards():
+    make = lambda: gym.make("LoopDrive-v0", bank="smoke", scenario="traffic_jam-000", observations=("cameras", "state"))  # noqa: E731
+    a, b = _episode(make()), _episode(make())
+    assert a[1] == b[1] and a[2] == b[2]
+    for oa, ob in zip(a[0], b[0]):
+        assert np.array_equal(oa["cameras"], ob["cameras"]) and np.array_equal(oa["state"], ob["state"])
+
+
+def test_reward_terms_are_reported_every_step_and_sum_to_the_reward():
+    weights = {"progress": 0.5, "collision": -10.0, "offroad": -1.0}
+    env = gym.make("LoopDrive-v0", observations=("state",), scenario="straight-000", rewards=weights)
+    env.reset(seed=0)
+    _, r, _, _, info = env.step(RouteFollower().plan(env.unwrapped.world))
+    assert set(info["reward_terms"]) == set(weights)
+    assert info["reward_terms"]["progress"] > 0
+    assert r == pytest.approx(sum(weights[k] * v for k, v in info["reward_terms"].items()))
+
+
+def test_user_reward_by_import_path(tmp_path, monkeypatch):
+    pkg = tmp_path / "my_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rewards.py").write_text(textwrap.dedent('''
+        def lane_bias(t):
+            return -abs(t.state.lateral)
+
+        def two_args(t, extra):
+            return 0.0
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = gym.make("LoopDrive-v0", observations=("state",), scenario="curve-000",
+                   rewards={"progress": 1.0, "my_pkg.rewards:lane_bias": 0.5})
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(RouteFollower().plan(env.unwrapped.world))
+    assert "my_pkg.rewards:lane_bias" in info["reward_terms"] and info["reward_terms"]["my_pkg.rewards:lane_bias"] <= 0
+    with pytest.raises(RewardConfigError, match="has no attribute 'nope'"):
+        gym.make("LoopDrive-v0", observations=("state",), rewards={"my_pkg.rewards:nope": 1.0})
+    with pytest.raises(RewardConfigError, match="cannot import module 'no_such_pkg.r'"):
+        gym.make("LoopDrive-v0", observations=("state",), rewards={"no_such_pkg.r:f": 1.0})
+    with pytest.raises(RewardConfigError, match="exactly one argument"):
+        gym.make("LoopDrive-v0", observations=("state",), rewards={"my_pkg.rewards:two_args": 1.0})
+    with pytest.raises(RewardConfigError, match="unknown reward term 'progres'"):
+        gym.make("LoopDrive-v0", observations=("state",), rewards={"progres": 1.0})
+
+
+@pytest.mark.parametrize("bad,match", [
+    (np.full((64, 3), np.nan, np.float32), "non-finite values"),
+    (np.zeros((10, 3), np.float32), r"shape \(64, 3\)"),
+])  # fmt: skip
+def test_bad_actions_raise_clearly_and_never_touch_the_world(bad, match):
+    env = gym.make("LoopDrive-v0", observations=("state",), scenario="straight-000")
+    env.reset(seed=0)
+    before = env.unwrapped.world.snapshot()["state"]
+    with pytest.raises(InvalidActionError, match=match):
+        env.step(bad)
+    after = env.unwrapped.world.state
+    assert after.t == before.t and np.array_equal(after.x, before.x) and np.array_equal(after.speed, before.speed)
+
+
+def test_bad_action_can_end_the_episode_as_a_failure_instead():
+    env = gym.make("LoopDrive-v0", observations=("state",), scenario="straight-000", invalid_action="terminate")
+    env.reset(seed=0)
+    _, r, term, trunc, info = env.step(np.full((64, 3), np.inf, np.float32))
+    assert term and not trunc and r == 0.0
+    assert info["events"][0]["type"] == "invalid_action" and "metrics" in info
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step(np.zeros((64, 3), np.float32))
+
+
+def test_control_mode_drives():
+    env = gym.make("LoopDriveControl-v0", scenario="straight-000")
+    env.reset(seed=0)
+    v0 = env.unwrapped.world.state.speed[0]
+    for _ in range(10):
+        env.step(np.array([1.0, 0.0], np.float32))
+    assert env.unwrapped.world.state.speed[0] > v0 + 5.0
+
+
+def test_episode_ends_with_metrics():
+    env = gym.make("LoopDrive-v0", observations=("state",), scenario="lead_brake-000")
+    _, rewards, _ = _episode(env, steps=1000)
+    info = env.unwrapped.episode_metrics()
+    assert info["route_completion"] == pytest.approx(1.0)
+    assert info["leaderboard"]["score"] == pytest.approx(100.0)
+    assert sum(rewards) > 0
+
+
+def test_rigs_and_resolution_are_configurable():
+    env = gym.make("LoopDrive-v0", rig="front_only", camera_size=(64, 96), n_frames=2, scenario="curve-000")
+    obs, _ = env.reset(seed=0)
+    assert obs["cameras"].shape == (1, 2, 64, 96, 3)
+    custom = [{"name": "left", "fov_deg": 90.0, "yaw_deg": 45.0}, {"name": "right", "fov_deg": 90.0, "yaw_deg": -45.0}]
+    obs, _ = gym.make("LoopDrive-v0", rig=custom, scenario="curve-000").reset(seed=0)
+    assert obs["cameras"].shape[0] == 2
+    with pytest.raises(ValueError, match="unknown camera rig 'fisheye'"):
+        gym.make("LoopDrive-v0", rig="fisheye")
+
+
+def test_bad_construction_arguments_are_clear():
+    with pytest.raises(ValueError, match="unknown backend 'mujoco'"):
+        gym.make("LoopDrive-v0", backend="mujoco")
+    with pytest.raises(ValueError, match="action_mode"):
+        gym.make("LoopDrive-v0", action_mode="joystick")
+    with pytest.raises(KeyError, match="no scenario 'nope'"):
+        gym.make("LoopDrive-v0", scenario="nope")
+    with pytest.raises(ValueError, match="unknown observations"):
+        gym.make("LoopDrive-v0", observations=("lidar",))
+
+
+def test_render_shows_cameras_and_bev():
+    env = gym.make("LoopDrive-v0", render_mode="rgb_array", scenario="pedestrian_crossing-000")
+    env.reset(seed=0)
+    frame = env.render()
+    assert frame.ndim == 3 and frame.shape[2] == 3 and frame.shape[1] > 2 * 256
+
+
+def test_async_vector_env():
+    vec = gym.make_vec("LoopDrive-v0", num_envs=2, vectorization_mode="async",
+                       vector_kwargs={"context": "spawn"}, observations=("state", "ego_history"))
+    obs, _ = vec.reset(seed=[0, 1])
+    assert obs["state"].shape[0] == 2
+    plan = np.zeros((2, 64, 3), np.float32)
+    plan[:, :, 0] = np.arange(1, 65) * 0.5
+    for _ in range(3):
+        obs, r, term, trunc, info = vec.step(plan)
+    assert r.shape == (2,) and np.isfinite(r).all()
+    vec.close()
