@@ -3,10 +3,10 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-import pytest  # noqa: E402
+import pytest
 
-import envs  # noqa: E402,F401  (registers the environments)
-from scenarios import load_bank, make_scenario  # noqa: E402
+import envs  # noqa: F401  (registers the environments)
+from scenarios import load_bank, make_scenario
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +18,10 @@ def smoke():
 def curve15():
     """A 15 m radius left curve on an empty road."""
     return make_scenario(
-        "curve", {"radius": 15.0, "angle": 150.0, "direction": "left", "speed_limit": 13.9, "density": 0.0}, 0, "curve15"
+        "curve",
+        {"radius": 15.0, "angle": 150.0, "direction": "left", "speed_limit": 13.9, "density": 0.0},
+        0,
+        "curve15",
     )
 
 

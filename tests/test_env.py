@@ -78,22 +78,28 @@ def test_user_reward_by_import_path(tmp_path, monkeypatch):
     pkg = tmp_path / "my_pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "rewards.py").write_text(textwrap.dedent('''
+    (pkg / "rewards.py").write_text(
+        textwrap.dedent("""
         def lane_bias(t):
             return -abs(t.state.lateral)
 
         def two_args(t, extra):
             return 0.0
-    '''))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
-    env = gym.make("LoopDrive-v0", observations=("state",), scenario="curve-000",
-                   rewards={"progress": 1.0, "my_pkg.rewards:lane_bias": 0.5})
+    env = gym.make(
+        "LoopDrive-v0",
+        observations=("state",),
+        scenario="curve-000",
+        rewards={"progress": 1.0, "my_pkg.rewards:lane_bias": 0.5},
+    )
     env.reset(seed=0)
     _, _, _, _, info = env.step(RouteFollower().plan(env.unwrapped.world))
     assert "my_pkg.rewards:lane_bias" in info["reward_terms"] and info["reward_terms"]["my_pkg.rewards:lane_bias"] <= 0
     with pytest.raises(RewardConfigError, match="has no attribute 'nope'"):
         gym.make("LoopDrive-v0", observations=("state",), rewards={"my_pkg.rewards:nope": 1.0})
-    with pytest.raises(RewardConfigError, match="cannot import module 'no_such_pkg.r'"):
+    with pytest.raises(RewardConfigError, match=r"cannot import module 'no_such_pkg\.r'"):
         gym.make("LoopDrive-v0", observations=("state",), rewards={"no_such_pkg.r:f": 1.0})
     with pytest.raises(RewardConfigError, match="exactly one argument"):
         gym.make("LoopDrive-v0", observations=("state",), rewards={"my_pkg.rewards:two_args": 1.0})
@@ -173,13 +179,18 @@ def test_render_shows_cameras_and_bev():
 
 
 def test_async_vector_env():
-    vec = gym.make_vec("LoopDrive-v0", num_envs=2, vectorization_mode="async",
-                       vector_kwargs={"context": "spawn"}, observations=("state", "ego_history"))
+    vec = gym.make_vec(
+        "LoopDrive-v0",
+        num_envs=2,
+        vectorization_mode="async",
+        vector_kwargs={"context": "spawn"},
+        observations=("state", "ego_history"),
+    )
     obs, _ = vec.reset(seed=[0, 1])
     assert obs["state"].shape[0] == 2
     plan = np.zeros((2, 64, 3), np.float32)
     plan[:, :, 0] = np.arange(1, 65) * 0.5
     for _ in range(3):
-        obs, r, term, trunc, info = vec.step(plan)
+        obs, r, _term, _trunc, _info = vec.step(plan)
     assert r.shape == (2,) and np.isfinite(r).all()
     vec.close()

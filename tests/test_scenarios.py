@@ -59,7 +59,9 @@ def test_family_is_a_pure_function_of_params_and_seed(name):
 
 
 def test_junction_map_holds_connectors_signals_stop_lines_and_crosswalks():
-    m = build_family_map("signalized_intersection", FAMILIES["signalized_intersection"].sample_params(np.random.default_rng(0)))
+    m = build_family_map(
+        "signalized_intersection", FAMILIES["signalized_intersection"].sample_params(np.random.default_rng(0))
+    )
     connectors = [lane for lane in m.lanes.values() if lane.junction is not None]
     assert connectors and all(len(c.successors) == 1 and len(c.predecessors) == 1 for c in connectors)
     assert len(m.signals) == 4 and m.stop_lines and len(m.crosswalks) == 4
@@ -136,14 +138,22 @@ def test_bank_validate_cli_lists_problems_and_exits_1(smoke, tmp_path):
     assert out.returncode == 1
     assert "curve-000.json: duration_s: Input should be a valid number" in out.stderr
     assert "broken.yaml: <file>: cannot read" in out.stderr
-    ok = subprocess.run([sys.executable, "-m", "loopdrive.cli", "bank", "validate", str(smoke.path)],
-                        capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "loopdrive.cli", "bank", "validate", str(smoke.path)], capture_output=True, text=True
+    )
     assert ok.returncode == 0, ok.stderr
 
 
 # hypothesis: arbitrary edits of a valid scenario give validation errors, never a crash
-_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
-                  st.text(max_size=8), st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
+_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True),
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+)
 
 
 def _paths(obj, prefix=()):

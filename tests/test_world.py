@@ -10,7 +10,8 @@ import pytest
 
 from envs import RouteFollower, TrajectoryController, World
 from envs.world import Mode
-from scenarios import FAMILIES, geometry as geo, load_bank, make_scenario
+from scenarios import FAMILIES, load_bank, make_scenario
+from scenarios import geometry as geo
 from tests.helpers import drive_world, route_plan
 
 
@@ -25,7 +26,9 @@ def _types(events):
 # --- crafted events ----------------------------------------------------------------------------------------
 def test_driving_into_a_parked_car_is_a_front_at_fault_vehicle_collision(empty_straight):
     ego = empty_straight.ego
-    scn = _with(empty_straight, actors=[{"id": "parked", "lane": ego.lane, "s": ego.s + 30, "behaviour": {"type": "static"}}])
+    scn = _with(
+        empty_straight, actors=[{"id": "parked", "lane": ego.lane, "s": ego.s + 30, "behaviour": {"type": "static"}}]
+    )
     w = World(scn)
     events = drive_world(w, lambda w: route_plan(w, 10.0), 6.0)
     hits = [e for e in events if e["type"] == "collision"]
@@ -42,8 +45,11 @@ def test_being_rear_ended_while_stopped_is_not_at_fault(empty_straight):
     start, h = lane.pose_at(ego.s - 25)
     end, _ = lane.pose_at(ego.s + 5)
     track = [[0.0, *start, h], [3.0, *end, h]]
-    scn = _with(empty_straight, ego={**empty_straight.ego.model_dump(), "speed": 0.0},
-                actors=[{"id": "rammer", "kind": "vehicle", "behaviour": {"type": "replay", "track": track}}])
+    scn = _with(
+        empty_straight,
+        ego={**empty_straight.ego.model_dump(), "speed": 0.0},
+        actors=[{"id": "rammer", "kind": "vehicle", "behaviour": {"type": "replay", "track": track}}],
+    )
     w = World(scn)
     events = []
     for _ in range(40):
@@ -55,8 +61,14 @@ def test_being_rear_ended_while_stopped_is_not_at_fault(empty_straight):
 def test_hitting_a_crossing_pedestrian_is_a_pedestrian_collision(empty_straight):
     ego = empty_straight.ego
     x = ego.s + 25.0
-    walker = {"id": "ped", "kind": "pedestrian", "length": 0.5, "width": 0.6, "height": 1.8,
-              "behaviour": {"type": "walk", "path": [[x, -6.0], [x, 6.0]], "speed": 1.5, "trigger": {"time": 0.0}}}
+    walker = {
+        "id": "ped",
+        "kind": "pedestrian",
+        "length": 0.5,
+        "width": 0.6,
+        "height": 1.8,
+        "behaviour": {"type": "walk", "path": [[x, -6.0], [x, 6.0]], "speed": 1.5, "trigger": {"time": 0.0}},
+    }
     w = World(_with(empty_straight, actors=[walker]))
     events = drive_world(w, lambda w: route_plan(w, 8.0), 6.0)
     hits = [e for e in events if e["type"] == "collision"]

@@ -1,0 +1,46 @@
+"""Machine description and core pinning shared by the benchmarks."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import numpy
+
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return info
+
+
+def pin_to_one_core() -> int | None:
+    """Pin this process to one core so 'steps per second on one core' means what it says."""
+    if hasattr(os, "sched_setaffinity"):
+        core = sorted(os.sched_getaffinity(0))[0]
+        os.sched_setaffinity(0, {core})
+        return core
+    return None
