@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from envs.world import DT, WHEELBASE
 
@@ -43,87 +44,129 @@ class TrajectoryController:
         the anchor (the ego now) is projected onto it, so a plan that starts off to one side still
         produces lateral feedback (the anchor is never part of the path itself).
         """
-        c, s = math.cos(yaw), math.sin(yaw)
-        wx = x + c * plan[:, 0] - s * plan[:, 1]
-        wy = y + s * plan[:, 0] + c * plan[:, 1]
-        wp = np.stack([wx, wy], 1)
-        first = wp[1] - wp[0] if len(wp) > 1 else np.zeros(2)
-        norm = float(np.hypot(*first))
-        u = first / norm if norm > 1e-3 else np.array([math.cos(yaw + plan[0, 2]), math.sin(yaw + plan[0, 2])])
-        path = np.concatenate([[wp[0] - 5.0 * u], wp])
-        seg = np.hypot(*np.diff(path, axis=0).T)
-        path_s = np.concatenate([[0.0], np.cumsum(seg)])
-        # heading from geometry where the path moves, from the yaw channel where it stands still
-        geom_h = np.arctan2(np.diff(path[:, 1]), np.diff(path[:, 0]))
-        geom_h = np.concatenate([geom_h, geom_h[-1:]])
-        yaw_ch = yaw + np.concatenate([[plan[0, 2]], plan[:, 2]])
-        moving = np.concatenate([seg, seg[-1:]]) > 0.05
-        self.path_xy, self.path_s = path, path_s
-        self.path_h = np.unwrap(np.where(moving, geom_h, yaw_ch))
-        step = np.maximum(np.concatenate([seg, seg[-1:]]), 1e-6)
-        curv = np.where(step > 0.05, np.diff(np.concatenate([self.path_h, self.path_h[-1:]])) / step, 0.0)
-        self.path_k = np.convolve(np.concatenate([curv[:1], curv, curv[-1:]]), np.ones(3) / 3, mode="valid")
-        # time parameterisation: t = 0 is the ego's projection, then one waypoint per 0.1 s
-        self.seg = 0
-        s_anchor = self._project(x, y)[0]
-        self.plan_t = np.arange(len(wp) + 1) * PLAN_DT
-        self.plan_s = np.maximum.accumulate(np.concatenate([[s_anchor], path_s[1:]]))
-        v = np.diff(self.plan_s) / PLAN_DT
-        self.plan_v = np.concatenate([[speed], v])
-        self.plan_v[1:-1] = 0.5 * (v[:-1] + v[1:])
-        self.plan_xy = path
+        plan = np.ascontiguousarray(plan, dtype=np.float64)
+        self.path_xy, self.path_s, self.path_h, self.path_k = _build_path(plan, x, y, yaw)
+        s_anchor, _, _, self.seg = _project(self.path_xy, self.path_s, self.path_h, x, y, 0)
+        self.plan_s, self.plan_v = _time_profile(self.path_s, s_anchor, speed)
+        self.plan_xy = self.path_xy
         self.elapsed = 0.0
-
-    def _project(self, x: float, y: float) -> tuple[float, float, float]:
-        """Arc length, lateral offset (left +) and path heading at the ego's projection."""
-        xy = self.path_xy
-        lo, hi = max(self.seg - 1, 0), min(self.seg + 12, len(xy) - 1)
-        a = xy[lo:hi]
-        ab = xy[lo + 1 : hi + 1] - a
-        p = np.array([x, y]) - a
-        denom = np.maximum((ab * ab).sum(1), 1e-9)
-        t = np.clip((p * ab).sum(1) / denom, 0.0, 1.0)
-        err = p - t[:, None] * ab
-        k = int((err * err).sum(1).argmin())
-        self.seg = i = lo + k
-        s_ego = self.path_s[i] + t[k] * math.sqrt(denom[k])
-        h_path = self.path_h[i] + t[k] * (self.path_h[min(i + 1, len(xy) - 1)] - self.path_h[i])
-        cross = ab[k, 0] * p[k, 1] - ab[k, 1] * p[k, 0]
-        e_lat = math.copysign(math.sqrt(float((err[k] ** 2).sum())), cross)
-        return s_ego, e_lat, h_path
 
     def control(self, x: float, y: float, yaw: float, speed: float, steer: float = 0.0) -> tuple[float, float]:
         """(accel, steer) for the next DT given the current ego state (and current wheel angle)."""
         if self.plan_xy is None:
             return -3.0, 0.0
         g = self.g
-        now = self.elapsed
+        accel, steer, self.seg = _control(
+            self.path_xy, self.path_s, self.path_h, self.path_k, self.plan_s, self.plan_v, self.elapsed, self.seg,
+            x, y, yaw, speed, steer, g.omega, g.zeta, g.k_speed, g.k_position, g.preview,
+        )  # fmt: skip
         self.elapsed += DT
-        t_ref = self.plan_t
-        s_ref = float(np.interp(now, t_ref, self.plan_s))  # where the plan says we are now
-        v_ref = float(np.interp(now + g.preview, t_ref, self.plan_v))
-        v_next = float(np.interp(now + DT + g.preview, t_ref, self.plan_v))
-        a_ff = (v_next - v_ref) / DT
-
-        s_ego, e_lat, h_path = self._project(x, y)
-        # the centre of mass moves along yaw + slip angle, not along yaw
-        slip = math.atan(0.5 * math.tan(steer))
-        e_head = (yaw + slip - h_path + math.pi) % (2 * math.pi) - math.pi
-
-        # lateral: curvature feed-forward at the preview point + feedback
-        s_prev = s_ego + max(speed, 1.0) * g.preview
-        kappa = float(np.interp(s_prev, self.path_s, self.path_k))
-        plan_moving = self.path_s[-1] - s_ego > 0.3
-        if plan_moving:
-            # e'' = v^2 kappa on a kinematic bicycle: these gains give omega / zeta at every speed
-            v_eff = max(speed, 3.0)
-            kappa_cmd = kappa - (g.omega / v_eff) ** 2 * e_lat - 2.0 * g.zeta * g.omega / v_eff * e_head
-            steer = math.atan(WHEELBASE * kappa_cmd)
-        else:
-            steer = 0.0
-
-        # longitudinal: feed-forward + speed and position feedback
-        accel = a_ff + g.k_speed * (v_ref - speed) + g.k_position * (s_ref - s_ego)
-        if v_ref < 0.05 and s_ref - s_ego < 0.3:
-            accel = min(accel, -2.0 if speed > 0.05 else 0.0)
         return accel, steer
+
+
+@njit(cache=True)
+def _build_path(plan, x, y, yaw):
+    """World-frame path (waypoints + a 5 m lead-in), arc length, heading and curvature."""
+    n = plan.shape[0]
+    c, s = math.cos(yaw), math.sin(yaw)
+    path = np.empty((n + 1, 2))
+    for k in range(n):
+        path[k + 1, 0] = x + c * plan[k, 0] - s * plan[k, 1]
+        path[k + 1, 1] = y + s * plan[k, 0] + c * plan[k, 1]
+    dx, dy = path[2, 0] - path[1, 0], path[2, 1] - path[1, 1]
+    norm = math.sqrt(dx * dx + dy * dy)
+    if norm > 1e-3:
+        ux, uy = dx / norm, dy / norm
+    else:
+        ux, uy = math.cos(yaw + plan[0, 2]), math.sin(yaw + plan[0, 2])
+    path[0, 0], path[0, 1] = path[1, 0] - 5.0 * ux, path[1, 1] - 5.0 * uy
+    m = n + 1
+    seg = np.empty(m)
+    path_s = np.zeros(m)
+    head = np.empty(m)
+    for k in range(m - 1):
+        ex, ey = path[k + 1, 0] - path[k, 0], path[k + 1, 1] - path[k, 1]
+        seg[k] = math.sqrt(ex * ex + ey * ey)
+        path_s[k + 1] = path_s[k] + seg[k]
+        # heading from geometry where the path moves, from the yaw channel where it stands still
+        yaw_k = yaw + plan[max(k - 1, 0), 2]
+        head[k] = math.atan2(ey, ex) if seg[k] > 0.05 else yaw_k
+    seg[m - 1] = seg[m - 2]
+    head[m - 1] = head[m - 2]
+    for k in range(1, m):  # unwrap
+        d = head[k] - head[k - 1]
+        head[k] -= 2 * math.pi * math.floor((d + math.pi) / (2 * math.pi))
+    curv = np.zeros(m)
+    for k in range(m - 1):
+        if seg[k] > 0.05:
+            curv[k] = (head[k + 1] - head[k]) / seg[k]
+    curv[m - 1] = curv[m - 2]
+    kappa = np.empty(m)
+    for k in range(m):  # 3-tap smoothing
+        kappa[k] = (curv[max(k - 1, 0)] + curv[k] + curv[min(k + 1, m - 1)]) / 3.0
+    return path, path_s, head, kappa
+
+
+@njit(cache=True)
+def _project(path, path_s, head, px, py, seg):
+    """Arc length, lateral offset (left +), path heading and segment at the projection of (px, py)."""
+    n = path.shape[0]
+    lo, hi = max(seg - 1, 0), min(seg + 12, n - 1)
+    best, kb, tb, lat = np.inf, lo, 0.0, 0.0
+    for k in range(lo, hi):
+        ax, ay = path[k, 0], path[k, 1]
+        bx, by = path[k + 1, 0] - ax, path[k + 1, 1] - ay
+        L2 = max(bx * bx + by * by, 1e-9)
+        t = min(max(((px - ax) * bx + (py - ay) * by) / L2, 0.0), 1.0)
+        ex, ey = px - ax - t * bx, py - ay - t * by
+        d2 = ex * ex + ey * ey
+        if d2 < best:
+            cross = bx * (py - ay) - by * (px - ax)
+            best, kb, tb = d2, k, t
+            lat = math.sqrt(d2) if cross >= 0 else -math.sqrt(d2)
+    s = path_s[kb] + tb * (path_s[kb + 1] - path_s[kb])
+    h = head[kb] + tb * (head[min(kb + 1, n - 1)] - head[kb])
+    return s, lat, h, kb
+
+
+@njit(cache=True)
+def _time_profile(path_s, s_anchor, speed):
+    """Arc length and speed at t = 0, 0.1, ..., 6.4 s: the ego's projection first, then the waypoints."""
+    m = path_s.shape[0]
+    plan_s = np.empty(m)
+    plan_s[0] = s_anchor
+    for k in range(1, m):
+        plan_s[k] = max(path_s[k], plan_s[k - 1])
+    v = np.empty(m - 1)
+    for k in range(m - 1):
+        v[k] = (plan_s[k + 1] - plan_s[k]) / PLAN_DT
+    plan_v = np.empty(m)
+    plan_v[0] = speed
+    for k in range(1, m - 1):
+        plan_v[k] = 0.5 * (v[k - 1] + v[k])
+    plan_v[m - 1] = v[m - 2]
+    return plan_s, plan_v
+
+
+@njit(cache=True)
+def _control(path, path_s, head, kappa_path, plan_s, plan_v, now, seg, x, y, yaw, speed, steer,
+             omega, zeta, k_speed, k_position, preview):  # fmt: skip
+    t_ref = np.arange(plan_s.shape[0]) * PLAN_DT
+    s_ref = np.interp(now, t_ref, plan_s)  # where the plan says we are now
+    v_ref = np.interp(now + preview, t_ref, plan_v)
+    a_ff = (np.interp(now + DT + preview, t_ref, plan_v) - v_ref) / DT
+    s_ego, e_lat, h_path, seg = _project(path, path_s, head, x, y, seg)
+    # the centre of mass moves along yaw + slip angle, not along yaw
+    slip = math.atan(0.5 * math.tan(steer))
+    e_head = (yaw + slip - h_path + math.pi) % (2 * math.pi) - math.pi
+    cmd_steer = 0.0
+    if path_s[-1] - s_ego > 0.3:  # the plan still moves: curvature feed-forward + feedback
+        kappa = np.interp(s_ego + max(speed, 1.0) * preview, path_s, kappa_path)
+        # e'' = v^2 kappa on a kinematic bicycle: these gains give omega / zeta at every speed
+        v_eff = max(speed, 3.0)
+        kappa_cmd = kappa - (omega / v_eff) ** 2 * e_lat - 2.0 * zeta * omega / v_eff * e_head
+        cmd_steer = math.atan(WHEELBASE * kappa_cmd)
+    accel = a_ff + k_speed * (v_ref - speed) + k_position * (s_ref - s_ego)
+    if v_ref < 0.05 and s_ref - s_ego < 0.3:
+        accel = min(accel, -2.0 if speed > 0.05 else 0.0)
+    return accel, cmd_steer, seg

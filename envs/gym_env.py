@@ -219,7 +219,9 @@ class LoopDriveEnv(gym.Env):
         return self._observe(), float(reward), terminated, truncated, info
 
     def _check_action(self, action) -> tuple[float, float] | None:
-        a = np.asarray(action, dtype=np.float64)
+        a = np.asarray(action)
+        if a.dtype.kind != "f":
+            a = a.astype(np.float64)
         expected = self.action_space.shape
         if a.shape != expected:
             raise InvalidActionError(f"{self.action_mode} action must have shape {expected}, got {a.shape}")
@@ -244,24 +246,12 @@ class LoopDriveEnv(gym.Env):
     def _ego_record(self) -> EgoState:
         w = self.world
         st = w.state
+        x, y, yaw, speed, accel = st.x[0], st.y[0], st.yaw[0], st.speed[0], st.accel[0]
         return EgoState(
-            t=st.t,
-            x=float(st.x[0]),
-            y=float(st.y[0]),
-            yaw=float(st.yaw[0]),
-            speed=float(st.speed[0]),
-            accel=float(st.accel[0]),
-            yaw_rate=st.yaw_rate,
-            steer=st.steer,
-            route_progress=w.route_progress,
-            route_completion=w.route_completion,
-            lateral=st.lateral,
-            heading_error=st.heading_error,
-            speed_limit=w.ego_speed_limit(),
-            offroad=st.offroad,
-            wrong_way=st.wrong_way,
-            off_route_lanes=st.off_route_lanes,
-        )
+            st.t, float(x), float(y), float(yaw), float(speed), float(accel), st.yaw_rate, st.steer,
+            w.route_progress, w.route_completion, st.lateral, st.heading_error, st.speed_limit, st.offroad,
+            st.wrong_way, st.off_route_lanes,
+        )  # fmt: skip
 
     def _observe(self) -> dict[str, Any]:
         w, keys = self.world, self.observation_keys

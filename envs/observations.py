@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from envs.world import RED, YELLOW, World
+from envs.world import RED, YELLOW, World, kernels
 from scenarios import geometry as geo
 
 HISTORY_STEPS = 16
@@ -67,9 +67,9 @@ class EgoHistory:
 def route_points(world: World) -> np.ndarray:
     """The next ROUTE_POINTS route centreline points at ROUTE_SPACING metres, in the ego frame."""
     st, c = world.state, world.c
-    s = st.route_s + ROUTE_SPACING * np.arange(1, ROUTE_POINTS + 1)
-    pts, _ = geo.interpolate(c.route_xy, c.route_s, s)
-    return to_ego(pts, float(st.x[0]), float(st.y[0]), float(st.yaw[0])).astype(np.float32)
+    return kernels.route_points_ego(
+        c.route_xy, c.route_s, st.route_s, ROUTE_SPACING, ROUTE_POINTS, float(st.x[0]), float(st.y[0]), float(st.yaw[0])
+    )
 
 
 def route_command(world: World, horizon: float = 60.0) -> int:
@@ -90,55 +90,28 @@ def route_command(world: World, horizon: float = 60.0) -> int:
 def ego_state(world: World) -> np.ndarray:
     st = world.state
     return np.array(
-        [st.speed[0], st.accel[0], st.yaw_rate, st.steer, world.ego_speed_limit(), st.lateral, st.heading_error],
-        np.float32,
+        [st.speed[0], st.accel[0], st.yaw_rate, st.steer, st.speed_limit, st.lateral, st.heading_error], np.float32
     )
 
 
 def state_vector(world: World) -> np.ndarray:
     """Compact privileged state for classic RL: ego, route, 8 nearest actors, next stop line."""
     st, c, a = world.state, world.c, world.c.actors
-    x, y, yaw = float(st.x[0]), float(st.y[0]), float(st.yaw[0])
     out = np.zeros(STATE_DIM, np.float32)
-    out[:EGO_STATE_DIM] = ego_state(world)
-    k = EGO_STATE_DIM
-    out[k : k + ROUTE_POINTS] = route_points(world)[1::2].ravel() / 50.0
-    k += ROUTE_POINTS
-    idx = np.flatnonzero(st.active)[1:]
-    if len(idx):
-        rel = to_ego(np.stack([st.x[idx], st.y[idx]], 1), x, y, yaw)
-        dist = np.hypot(rel[:, 0], rel[:, 1])
-        near = np.argsort(dist)[:N_NEIGHBOURS]
-        near = near[dist[near] < NEIGHBOUR_RANGE]
-        j = idx[near]
-        dyaw = st.yaw[j] - yaw
-        vx, vy = st.speed[j] * np.cos(dyaw) - st.speed[0], st.speed[j] * np.sin(dyaw)
-        feats = np.stack(
-            [
-                rel[near, 0] / 50,
-                rel[near, 1] / 50,
-                vx / 10,
-                vy / 10,
-                np.cos(dyaw),
-                np.sin(dyaw),
-                a.length[j] / 5,
-                a.width[j] / 2,
-            ],
-            1,
-        )
-        out[k : k + feats.size] = feats.ravel()
-    k += 8 * N_NEIGHBOURS
+    out[:EGO_STATE_DIM] = (st.speed[0], st.accel[0], st.yaw_rate, st.steer, st.speed_limit, st.lateral,
+                           st.heading_error)  # fmt: skip
+    kernels.state_features(
+        out, EGO_STATE_DIM, st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width, c.route_xy, c.route_s,
+        st.route_s, ROUTE_POINTS, ROUTE_SPACING, N_NEIGHBOURS, NEIGHBOUR_RANGE,
+    )  # fmt: skip
+    k = STATE_DIM - 3
     front = st.route_s + a.length[0] / 2
-    ahead = c.route_stop_s - front
-    m = ahead > -0.5
-    if m.any():
-        i = int(np.argmax(m))
-        sg = int(c.route_stop_sig[i])
-        sig = world.signal_states()
-        state = sig[sg] if sg >= 0 else RED
-        out[k] = min(ahead[i], 100.0) / 100.0
-        out[k + 1] = 1.0 if state == RED else 0.5 if state == YELLOW else 0.0
-        out[k + 2] = 1.0 if sg < 0 else 0.0
-    else:
-        out[k] = 1.0
+    out[k] = 1.0  # no stop line ahead
+    for line, sg in c.route_stops:
+        if line - front > -0.5:
+            state = world.signal_states()[sg] if sg >= 0 else RED
+            out[k] = min(line - front, 100.0) / 100.0
+            out[k + 1] = 1.0 if state == RED else 0.5 if state == YELLOW else 0.0
+            out[k + 2] = 1.0 if sg < 0 else 0.0
+            break
     return out

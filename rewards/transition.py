@@ -1,18 +1,17 @@
 """What a reward term sees: the ego before and after one 0.1 s world step, the action and the events.
 
-``EgoState`` is a small immutable record built by the environment each step, so terms stay pure
-functions of a transition. ``Transition.world`` gives privileged terms (time-to-collision, ...)
+``EgoState`` is a small immutable record (a NamedTuple: cheap to build every 0.1 s) made by the
+environment each step, so terms stay pure functions of a transition. ``Transition.world`` gives
+privileged terms (time-to-collision, ...)
 read-only access to the full world state after the step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class EgoState:
+class EgoState(NamedTuple):
     t: float
     x: float
     y: float
@@ -31,12 +30,11 @@ class EgoState:
     off_route_lanes: bool
 
 
-@dataclass(frozen=True)
-class Transition:
+class Transition(NamedTuple):
     prev: EgoState
     action: Any
     state: EgoState
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]]
     dt: float = 0.1
     world: Any = None
 

@@ -1,22 +1,9 @@
-"""Oriented-box collision tests and the front / rear / lateral classification AlpaSim reports."""
+"""The front / rear / lateral classification of a collision, as AlpaSim reports it (the overlap
+test itself is ``kernels.ego_contacts``)."""
 
 from __future__ import annotations
 
 import math
-
-import numpy as np
-
-
-def obb_overlap(a: np.ndarray, b: np.ndarray) -> bool:
-    """Separating-axis test for two convex quads ``[4, 2]``."""
-    for poly in (a, b):
-        for k in range(2):
-            edge = poly[k + 1] - poly[k]
-            axis = np.array([-edge[1], edge[0]])
-            pa, pb = a @ axis, b @ axis
-            if pa.max() < pb.min() or pb.max() < pa.min():
-                return False
-    return True
 
 
 def classify_contact(ego_x, ego_y, ego_yaw, ego_len, ego_wid, ox, oy) -> str:

@@ -12,9 +12,8 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
-import shapely
 
-from envs.world.lanegrid import LaneGrid
+from envs.world.lanegrid import AreaGrid, LaneGrid
 from envs.world.paths import PathTable
 from envs.world.state import ActorTable, Behaviour, Kind, Motion
 from scenarios import geometry as geo
@@ -66,13 +65,16 @@ class Compiled:
     route_path: int
     route_xy: np.ndarray
     route_s: np.ndarray
+    route_heading: list[float]  # per route vertex (Python floats: read one at a time per step)
+    route_speed_limit: list[float]
     route_stop_s: np.ndarray
     route_stop_sig: np.ndarray
+    route_stops: tuple[tuple[float, int], ...]  # the same as Python numbers, for the per-step loop
     route_start: float
     goal_distance: float
     corridor: np.ndarray  # [n_lanes] bool: lanes counted as "on the route"
     grid: LaneGrid
-    drivable: object  # prepared shapely geometry, buffered by the off-road tolerance
+    drivable: AreaGrid  # drivable area grown by the off-road tolerance, rasterised at 0.1 m
 
     def signal_states(self, t: float) -> np.ndarray:
         if not len(self.signal_ids):
@@ -80,6 +82,14 @@ class Compiled:
         tt = (t + self.sig_offset) % self.sig_cycle
         k = (self.sig_cum_end <= tt[:, None]).sum(1)
         return self.sig_states[np.arange(len(self.signal_ids)), k]
+
+
+def _route_limits(
+    paths: PathTable, route_path: int, route_s: np.ndarray, road_map: RoadMap, lane_ids: list[str]
+) -> list[float]:
+    """Speed limit of the lane under every route vertex."""
+    lanes, _ = paths.lane_at(np.full(len(route_s), route_path), route_s)
+    return [float(road_map.lanes[lane_ids[i]].speed_limit) for i in lanes]
 
 
 def scenario_key(scn: Scenario) -> str:
@@ -98,7 +108,17 @@ def compile_scenario(scn: Scenario, road_map: RoadMap | None = None) -> Compiled
     return _CACHE[key]
 
 
-_GRIDS: dict[int, tuple[RoadMap, LaneGrid]] = {}
+_GRIDS: dict[object, tuple[RoadMap, object]] = {}
+
+
+def _drivable_for(road_map: RoadMap) -> AreaGrid:
+    key = ("drivable", id(road_map))
+    hit = _GRIDS.get(key)
+    if hit is None or hit[0] is not road_map:
+        if len(_GRIDS) > 32:
+            _GRIDS.pop(next(iter(_GRIDS)))
+        hit = _GRIDS[key] = (road_map, AreaGrid(road_map.drivable_area.buffer(OFFROAD_TOLERANCE)))
+    return hit[1]
 
 
 def _grid_for(road_map: RoadMap, lane_index: dict[str, int]) -> LaneGrid:
@@ -258,8 +278,7 @@ def _compile(scn: Scenario, road_map: RoadMap) -> Compiled:
             todo += [x for x in (lane.left, lane.right) if x is not None]
 
     grid = _grid_for(road_map, lane_index)
-    drivable = road_map.drivable_area.buffer(OFFROAD_TOLERANCE)
-    shapely.prepare(drivable)
+    drivable = _drivable_for(road_map)
     route_stop = stop_s[route_path], stop_sig[route_path]
     finite = np.isfinite(route_stop[0])
 
@@ -288,8 +307,13 @@ def _compile(scn: Scenario, road_map: RoadMap) -> Compiled:
         route_path=route_path,
         route_xy=route_xy,
         route_s=route_s,
+        route_heading=[float(h) for h in geo.headings(route_xy)],
+        route_speed_limit=[
+            float(paths_limit) for paths_limit in _route_limits(paths, route_path, route_s, road_map, lane_ids)
+        ],
         route_stop_s=route_stop[0][finite],
         route_stop_sig=route_stop[1][finite],
+        route_stops=tuple((float(a), int(b)) for a, b in zip(route_stop[0][finite], route_stop[1][finite])),
         route_start=float(scn.ego.s),
         goal_distance=goal,
         corridor=corridor,

@@ -51,3 +51,23 @@ class LaneGrid:
         if 0 <= r < self.lane.shape[0] and 0 <= c < self.lane.shape[1]:
             return int(self.lane[r, c]), float(self.heading[r, c])
         return NONE, 0.0
+
+
+class AreaGrid:
+    """A fine raster (default 0.1 m) of a shapely area, for O(1) "are these points inside" tests."""
+
+    def __init__(self, area, resolution: float = 0.1) -> None:
+        x0, y0, x1, y1 = area.bounds
+        self.origin = np.array([x0 - 1.0, y0 - 1.0])
+        self.res = resolution
+        w = int(np.ceil((x1 - x0 + 2.0) / resolution))
+        h = int(np.ceil((y1 - y0 + 2.0) / resolution))
+        self.mask = np.zeros((h, w), np.uint8)
+        polys = list(area.geoms) if hasattr(area, "geoms") else [area]
+        for poly in polys:
+            cv2.fillPoly(self.mask, [self._px(np.asarray(poly.exterior.coords))], 1)
+            for hole in poly.interiors:
+                cv2.fillPoly(self.mask, [self._px(np.asarray(hole.coords))], 0)
+
+    def _px(self, pts: np.ndarray) -> np.ndarray:
+        return np.round((pts[:, :2] - self.origin) / self.res).astype(np.int32)

@@ -1,17 +1,16 @@
 """All actor paths in one padded table, so every actor's pose is found with a few array ops.
 
-A path is a lane sequence (or a walker's polyline). Rows are padded to the longest path; an
-actor's pose at arc length ``s`` is one vectorised search + linear interpolation for all actors.
+A path is a lane sequence (or a walker's polyline). Rows are padded to the longest path, so the
+kernels in ``kernels.py`` find any actor's pose with a binary search in its own row.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from envs.world import kernels
 from scenarios import geometry as geo
 from scenarios.maps import RoadMap
-
-_ROW_STRIDE = 1.0e6  # arc-length offset between rows in the flattened search array
 
 
 class PathTable:
@@ -57,7 +56,7 @@ class PathTable:
         M = max((len(p) for p in self._polylines), default=2)
         K = max((len(x) for x in self._lanes), default=1) or 1
         self.xy = np.zeros((P, M, 2))
-        self.s = np.full((P, M), np.inf)
+        self.s = np.zeros((P, M))
         self.heading = np.zeros((P, M))
         self.length = np.zeros(P)
         self.n_points = np.zeros(P, int)
@@ -67,7 +66,7 @@ class PathTable:
             n = len(pts)
             s = geo.arc_lengths(pts)
             self.xy[i, :n], self.xy[i, n:] = pts, pts[-1]
-            self.s[i, :n] = s
+            self.s[i, :n], self.s[i, n:] = s, s[-1]
             self.heading[i, :n] = geo.headings(pts)
             self.heading[i, n:] = self.heading[i, n - 1]
             self.length[i] = s[-1]
@@ -75,30 +74,25 @@ class PathTable:
             k = len(self._lanes[i])
             self.lanes[i, :k] = self._lanes[i]
             self.lane_start[i, :k] = self._lane_starts[i]
-        self._flat_s = (
-            np.where(np.isfinite(self.s), self.s, self.length[:, None] + 1e-3) + np.arange(P)[:, None] * _ROW_STRIDE
-        ).ravel()
-        self._M = M
-        self._s_flat = np.where(np.isfinite(self.s), self.s, 0.0).ravel()
-        self._x_flat = self.xy[..., 0].ravel().copy()
-        self._y_flat = self.xy[..., 1].ravel().copy()
-        self._h_flat = self.heading.ravel().copy()
 
     def pose(self, path: np.ndarray, s: np.ndarray, d: np.ndarray | None = None):
         """World x, y and heading at arc length ``s`` (and lateral offset ``d``) on rows ``path``."""
-        s = np.minimum(np.maximum(s, 0.0), self.length[path])
-        base = path * self._M
-        k = self._flat_s.searchsorted(s + path * _ROW_STRIDE, side="right") - 1
-        k = np.minimum(np.maximum(k, base), base + self.n_points[path] - 2)
-        s0 = self._s_flat[k]
-        f = (s - s0) / np.maximum(self._s_flat[k + 1] - s0, 1e-9)
-        x0, y0 = self._x_flat[k], self._y_flat[k]
-        x = x0 + f * (self._x_flat[k + 1] - x0)
-        y = y0 + f * (self._y_flat[k + 1] - y0)
-        h = self._h_flat[k]
-        if d is not None:
-            x = x - np.sin(h) * d
-            y = y + np.cos(h) * d
+        n = len(path)
+        x, y, h = np.empty(n), np.empty(n), np.empty(n)
+        d = np.zeros(n) if d is None else np.asarray(d, float)
+        kernels.path_pose(
+            self.xy,
+            self.s,
+            self.heading,
+            self.n_points,
+            np.asarray(path, np.int64),
+            np.asarray(s, float),
+            d,
+            x,
+            y,
+            h,
+            np.arange(n),
+        )
         return x, y, h
 
     def lane_at(self, path: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -116,6 +116,10 @@ class WorldState:
     stop_min_speed: np.ndarray = field(default_factory=lambda: np.zeros(0))
     stop_done: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     time_stopped: float = 0.0
+    speed_limit: float = 0.0  # of the route lane at the ego's projection
+    route_completed: bool = False
+    route_deviated: bool = False
+    pending_triggers: int = 0  # actors still waiting for their trigger
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
 
     def copy(self) -> WorldState:
