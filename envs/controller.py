@@ -44,10 +44,11 @@ class TrajectoryController:
         the anchor (the ego now) is projected onto it, so a plan that starts off to one side still
         produces lateral feedback (the anchor is never part of the path itself).
         """
-        plan = np.ascontiguousarray(plan, dtype=np.float64)
-        self.path_xy, self.path_s, self.path_h, self.path_k = _build_path(plan, x, y, yaw)
-        s_anchor, _, _, self.seg = _project(self.path_xy, self.path_s, self.path_h, x, y, 0)
-        self.plan_s, self.plan_v = _time_profile(self.path_s, s_anchor, speed)
+        if plan.dtype != np.float64 or not plan.flags.c_contiguous:
+            plan = np.ascontiguousarray(plan, dtype=np.float64)
+        self.path_xy, self.path_s, self.path_h, self.path_k, self.plan_s, self.plan_v, self.seg = _prepare(
+            plan, x, y, yaw, speed
+        )
         self.plan_xy = self.path_xy
         self.elapsed = 0.0
 
@@ -62,6 +63,15 @@ class TrajectoryController:
         )  # fmt: skip
         self.elapsed += DT
         return accel, steer
+
+
+@njit(cache=True)
+def _prepare(plan, x, y, yaw, speed):
+    """Everything ``control`` needs from a new plan, in one compiled call."""
+    path, path_s, head, kappa = _build_path(plan, x, y, yaw)
+    s_anchor, _, _, seg = _project(path, path_s, head, x, y, 0)
+    plan_s, plan_v = _time_profile(path_s, s_anchor, speed)
+    return path, path_s, head, kappa, plan_s, plan_v, seg
 
 
 @njit(cache=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from envs.sensors.boxes import FACES, SUN, project_boxes
 from envs.sensors.rig import Camera
 from envs.world import GREEN, RED, YELLOW, Kind, World
 from scenarios import geometry as geo
@@ -46,10 +47,9 @@ VEHICLE_PALETTE = np.array(
 )
 PEDESTRIAN_COLOUR = np.array([230, 100, 160])
 STATIC_COLOUR = np.array([240, 140, 0])
+GLASS_COLOUR = np.array([60, 75, 95])
 LIGHT_ON = {RED: (255, 30, 30), YELLOW: (255, 200, 0), GREEN: (40, 255, 90)}
 LIGHT_OFF = (45, 45, 45)
-_FACES = ((0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6), (3, 0, 4, 7), (4, 5, 6, 7))  # front, right, rear, left, top
-SUN = np.array([0.35, 0.25, 0.9]) / np.linalg.norm([0.35, 0.25, 0.9])
 
 
 # --- map geometry, cut once per map --------------------------------------------------------------------
@@ -75,6 +75,9 @@ def _line_quads(line: np.ndarray, width: float, dashed: bool, dash: float = 3.0,
 @dataclass
 class MapGeometry:
     layers: dict[str, np.ndarray]  # name -> quads [Q, 4, 3] (z included)
+    props: np.ndarray  # static boxes [P, 7]: signal poles and heads, stop signs
+    prop_colours: np.ndarray  # [P, 3]
+    prop_signal: np.ndarray  # [P] index of the signal a head shows, -1 for other props
     texture: np.ndarray  # top-down RGB image of the ground (asphalt, kerbs, markings)
     world_from_texture: np.ndarray  # 3x3: texel (col, row, 1) -> world (x, y, 1)
 
@@ -125,7 +128,31 @@ def build_map_geometry(road_map: RoadMap) -> MapGeometry:
         q = np.concatenate(parts) if parts else np.zeros((0, 4, 2))
         layers[name] = np.concatenate([q, np.full(q.shape[:2] + (1,), z)], 2)
     texture, world_from_texture = _paint_texture(road_map, layers)
-    return MapGeometry(layers, texture, world_from_texture)
+    props, prop_colours, prop_signal = _props(road_map)
+    return MapGeometry(layers, props, prop_colours, prop_signal, texture, world_from_texture)
+
+
+def _props(road_map: RoadMap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Signal poles and heads (far side of the junction) and stop-sign posts with their plates."""
+    boxes, colours, signal = [], [], []
+    for k, sig in enumerate(road_map.signals.values()):
+        x, y = sig.position
+        boxes += [
+            (x, y, 0.0, sig.facing, 0.25, 0.25, sig.height),
+            (x, y, sig.height - 0.2, sig.facing, 0.35, 0.45, 1.2),
+        ]
+        colours += [(90, 90, 90), (25, 25, 25)]
+        signal += [-1, k]
+    for sl in road_map.stop_lines:
+        if sl.signal is None:  # stop sign: red plate on a post at the kerb
+            lane = road_map.lanes[sl.lane]
+            xy, h = lane.pose_at(sl.s)
+            p = xy + np.array([math.sin(h), -math.cos(h)]) * (lane.width / 2 + 1.0)
+            boxes += [(p[0], p[1], 0.0, h + math.pi, 0.1, 0.1, 2.0), (p[0], p[1], 2.0, h + math.pi, 0.08, 0.8, 0.8)]
+            colours += [(120, 120, 120), (200, 20, 20)]
+            signal += [-1, -1]
+    return (np.array(boxes, float).reshape(-1, 7), np.array(colours, float).reshape(-1, 3),
+            np.array(signal, np.int64))  # fmt: skip
 
 
 def _paint_texture(road_map: RoadMap, layers: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -229,15 +256,14 @@ class CameraRenderer:
         c, s = math.cos(eyaw), math.sin(eyaw)
         R_ew = np.array([[c, s, 0.0], [-s, c, 0.0], [0.0, 0.0, 1.0]])  # world -> ego rotation
         geom = map_geometry(world.c.road_map)
-        boxes = self._actor_boxes(world)
-        lights = self._light_boxes(world)
+        boxes = self._boxes(world, geom)
         for k in range(n):
             img = out[k]
             np.copyto(img, self.templates[k])
             R = self.R_ce[k] @ R_ew  # world -> camera
             cam_world = np.array([ex, ey, 0.0]) + R_ew.T @ self.t_e[k]
             self._draw_ground(img, k, R, cam_world, geom)
-            self._draw_boxes(img, k, R, cam_world, boxes + lights)
+            self._draw_boxes(img, k, R, cam_world, *boxes)
         return out
 
     # --- ground layers -------------------------------------------------------------------------------------------
@@ -264,125 +290,47 @@ class CameraRenderer:
 
     # --- boxes -----------------------------------------------------------------------------------------------------
     @staticmethod
-    def _actor_boxes(world: World) -> list[tuple]:
+    def _boxes(world: World, geom: MapGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All boxes to draw: (x, y, z0, yaw, length, width, height) [B, 7], RGB [B, 3], lamp state [B].
+
+        Actors (with a glass cabin on cars), then the map's props (signal poles and heads, stop signs);
+        a signal head carries its light's current state, everything else -1.
+        """
         st, a = world.state, world.c.actors
-        out = []
-        for i in np.flatnonzero(st.active):
-            if i == 0:
-                continue
-            kind = a.kind[i]
-            if kind == Kind.PEDESTRIAN:
-                colour = PEDESTRIAN_COLOUR
-            elif kind == Kind.STATIC:
-                colour = STATIC_COLOUR
-            else:
-                colour = VEHICLE_PALETTE[i % len(VEHICLE_PALETTE)]
-            out.append(
-                (
-                    float(st.x[i]),
-                    float(st.y[i]),
-                    0.0,
-                    float(st.yaw[i]),
-                    float(a.length[i]),
-                    float(a.width[i]),
-                    float(a.height[i]),
-                    colour,
-                    None,
-                )
-            )
-            if kind in (Kind.VEHICLE, Kind.CYCLIST) and a.height[i] < 2.5:  # cabin / glass
-                out.append(
-                    (
-                        float(st.x[i] - 0.1 * a.length[i] * math.cos(st.yaw[i])),
-                        float(st.y[i] - 0.1 * a.length[i] * math.sin(st.yaw[i])),
-                        float(a.height[i]) * 0.55,
-                        float(st.yaw[i]),
-                        float(a.length[i]) * 0.5,
-                        float(a.width[i]) * 0.85,
-                        float(a.height[i]) * 0.5,
-                        np.array([60, 75, 95]),
-                        None,
-                    )
-                )
-        return out
+        idx = np.flatnonzero(st.active)
+        idx = idx[idx > 0]
+        kind = a.kind[idx]
+        body = np.stack([st.x[idx], st.y[idx], np.zeros(len(idx)), st.yaw[idx], a.length[idx], a.width[idx],
+                         a.height[idx]], 1)  # fmt: skip
+        colour = VEHICLE_PALETTE[idx % len(VEHICLE_PALETTE)].astype(float)
+        colour[kind == Kind.PEDESTRIAN] = PEDESTRIAN_COLOUR
+        colour[kind == Kind.STATIC] = STATIC_COLOUR
+        car = ((kind == Kind.VEHICLE) | (kind == Kind.CYCLIST)) & (body[:, 6] < 2.5)
+        cb = body[car]
+        back = 0.1 * cb[:, 4]
+        cabin = np.stack([cb[:, 0] - back * np.cos(cb[:, 3]), cb[:, 1] - back * np.sin(cb[:, 3]), 0.55 * cb[:, 6],
+                          cb[:, 3], 0.5 * cb[:, 4], 0.85 * cb[:, 5], 0.5 * cb[:, 6]], 1)  # fmt: skip
+        lamps = np.full(len(body) + len(cabin) + len(geom.props), -1, np.int64)
+        if len(geom.props):
+            states = world.signal_states()
+            head = geom.prop_signal >= 0
+            lamps[len(body) + len(cabin) :][head] = states[geom.prop_signal[head]]
+        boxes = np.concatenate([body, cabin, geom.props])
+        colours = np.concatenate([colour, np.broadcast_to(GLASS_COLOUR, (len(cabin), 3)), geom.prop_colours])
+        return boxes, colours, lamps
 
-    @staticmethod
-    def _light_boxes(world: World) -> list[tuple]:
-        rm = world.c.road_map
-        if not rm.signals:
-            return []
-        states = world.signal_states()
-        out = []
-        for k, sid in enumerate(world.c.signal_ids):
-            sig = rm.signals[sid]
-            x, y = sig.position
-            out.append((x, y, 0.0, sig.facing, 0.25, 0.25, sig.height, np.array([90, 90, 90]), None))
-            out.append((x, y, sig.height - 0.2, sig.facing, 0.35, 0.45, 1.2, np.array([25, 25, 25]), int(states[k])))
-        for sl in rm.stop_lines:
-            if sl.signal is None:  # stop sign: red plate on a post at the kerb
-                lane = rm.lanes[sl.lane]
-                xy, h = lane.pose_at(sl.s)
-                p = xy + np.array([math.sin(h), -math.cos(h)]) * (lane.width / 2 + 1.0)
-                out.append((p[0], p[1], 0.0, h + math.pi, 0.1, 0.1, 2.0, np.array([120, 120, 120]), None))
-                out.append((p[0], p[1], 2.0, h + math.pi, 0.08, 0.8, 0.8, np.array([200, 20, 20]), None))
-        return out
-
-    def _draw_boxes(self, img, k, R, cam_world, boxes) -> None:
-        if not boxes:
+    def _draw_boxes(self, img, k, R, cam_world, arr, colours, lamps) -> None:
+        if not len(arr):
             return
         cam = self.cameras[k]
-        arr = np.array([b[:7] for b in boxes])  # x, y, z0, yaw, l, w, h
-        d = arr[:, :2] - cam_world[:2]
-        dist = np.hypot(d[:, 0], d[:, 1])
-        keep = (dist < FAR) & (d @ R[2, :2] > -8.0)
-        order = np.flatnonzero(keep)[np.argsort(-dist[keep])]
-        if not len(order):
-            return
-        sel = arr[order]
-        B = len(sel)
-        cyaw, syaw = np.cos(sel[:, 3]), np.sin(sel[:, 3])
-        corners2d = geo.box_corners(sel[:, 0], sel[:, 1], sel[:, 3], sel[:, 4], sel[:, 5])  # [B, 4, 2]
-        z0 = np.broadcast_to(sel[:, 2:3, None], (B, 4, 1))
-        z1 = np.broadcast_to((sel[:, 2] + sel[:, 6])[:, None, None], (B, 4, 1))
-        verts = np.concatenate([np.concatenate([corners2d, z0], 2), np.concatenate([corners2d, z1], 2)], 1)
-        pc = (verts - cam_world) @ R.T  # [B, 8, 3]
-        fx, cx, cy = cam.fx, cam.width / 2, cam.height / 2
-        z = np.maximum(pc[..., 2], 1e-3)
-        uv = np.stack([fx * pc[..., 0] / z + cx, fx * pc[..., 1] / z + cy], -1)
-        faces = np.array(_FACES)  # [5, 4]
-        # outward normals and centres of the five drawn faces, for culling and shading
-        zero, one = np.zeros(B), np.ones(B)
-        normals = np.stack(
-            [
-                np.stack([cyaw, syaw, zero], 1),
-                np.stack([syaw, -cyaw, zero], 1),
-                np.stack([-cyaw, -syaw, zero], 1),
-                np.stack([-syaw, cyaw, zero], 1),
-                np.stack([zero, zero, one], 1),
-            ],
-            1,
-        )  # [B, 5, 3]
-        centres = verts[:, faces].mean(2)  # [B, 5, 3]
-        visible = np.einsum("bfk,bfk->bf", normals, centres - cam_world) < 0
-        visible &= (pc[:, faces, 2] >= NEAR).all(2)
-        shade = 0.55 + 0.45 * np.maximum(0.0, normals @ SUN)
-        on_screen = ~((uv[..., 0] < 0).all(1) | (uv[..., 0] > cam.width).all(1) | (uv[..., 1] < 0).all(1))
-        visible &= on_screen[:, None]
-        pts = np.round(uv[:, faces] * 4).astype(np.int64)  # [B, 5, 4, 2]
-        visible &= np.abs(pts).max((2, 3)) < 4 * 8 * cam.width
-        pts = pts.astype(np.int32)
-        for b, f in zip(*np.nonzero(visible)):
-            entry = boxes[order[b]]
-            colour = entry[7] * shade[b, f]
-            cv2.fillConvexPoly(
-                img,
-                np.ascontiguousarray(pts[b, f]),
-                (float(colour[0]), float(colour[1]), float(colour[2])),
-                cv2.LINE_8,
-                2,
-            )
-            if entry[8] is not None and f == 0:
-                self._draw_lamps(img, uv[b, faces[0]], entry[8])
+        box, face, pts, shade, uv = project_boxes(
+            arr, R, cam_world, cam.fx, cam.width / 2, cam.height / 2, cam.width, cam.height, NEAR, FAR, FACES, SUN
+        )
+        rgb = (colours[box] * shade[:, None]).tolist()
+        for q in range(len(box)):
+            cv2.fillConvexPoly(img, pts[q], rgb[q], cv2.LINE_8, 2)
+            if face[q] == 0 and lamps[box[q]] >= 0:
+                self._draw_lamps(img, uv[q], int(lamps[box[q]]))
 
     @staticmethod
     def _draw_lamps(img, face_uv: np.ndarray, state: int) -> None:

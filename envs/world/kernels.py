@@ -393,3 +393,17 @@ def ego_bicycle(x, y, yaw, speed, accel, steer, accel_cmd, steer_cmd, dt, a_min,
     accel[0] = (v1 - v0) / dt
     speed[0] = v1
     return steer, yaw_rate, vm * dt
+
+
+@njit(cache=True)
+def ego_checks(route_xy, route_s, seg, full, x, y, yaw, speed, active, length, width, mask, ox, oy, res):
+    """Per-step ego bookkeeping in one call: route projection (a window around the last segment,
+    or all of it), the off-road test of the ego's box and the mask of actors it touches."""
+    last = route_xy.shape[0] - 1
+    lo = 0 if full else max(seg - 2, 0)
+    hi = last if full else min(seg + 10, last)
+    s, lat, k = project_window(route_xy, route_s, x[0], y[0], lo, hi)
+    if not full and k + 1 >= hi and hi < last:  # ran off the window: search all
+        s, lat, k = project_window(route_xy, route_s, x[0], y[0], 0, last)
+    inside = box_inside(mask, ox, oy, res, x[0], y[0], yaw[0], length[0], width[0])
+    return s, lat, k, not inside, ego_contacts(x, y, yaw, length, width, active)

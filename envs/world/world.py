@@ -72,8 +72,7 @@ class World:
             pending_triggers=int(self._has_trigger[1:].sum()),
         )
         self.log = []
-        self._update_route(full=True)
-        self.state.offroad = self._ego_offroad()
+        self.state.offroad, _ = self._update_route(full=True)
 
     def snapshot(self) -> dict[str, Any]:
         """Everything needed to branch: state (with RNG) and the event log so far."""
@@ -199,27 +198,20 @@ class World:
             st.active[i] = ts[0] <= t <= ts[-1]
 
     # --- ego bookkeeping and events ---------------------------------------------------------------------
-    def _update_route(self, full: bool = False) -> None:
-        """Project the ego on its route, searching a window around the last match (all of it if asked)."""
-        st, c = self.state, self.c
-        px, py = float(st.x[0]), float(st.y[0])
-        last = len(c.route_xy) - 1
-        lo = 0 if full else max(st.route_seg - 2, 0)
-        hi = last if full else min(st.route_seg + 10, last)
-        s, lat, k = kernels.project_window(c.route_xy, c.route_s, px, py, lo, hi)
-        if not full and k + 1 >= hi and hi < last:  # ran off the window: search all
-            s, lat, k = kernels.project_window(c.route_xy, c.route_s, px, py, 0, last)
+    def _update_route(self, full: bool = False) -> tuple[bool, np.ndarray]:
+        """Project the ego on its route (a window around the last match, all of it if asked); returns
+        the off-road flag and the contact mask, which the same compiled call computes."""
+        st, c, a, g = self.state, self.c, self.c.actors, self.c.drivable
+        s, lat, k, offroad, contact = kernels.ego_checks(
+            c.route_xy, c.route_s, st.route_seg, full, st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width,
+            g.mask, g.origin[0], g.origin[1], g.res,
+        )  # fmt: skip
         st.route_seg, st.route_s, st.lateral = k, s, lat
         st.speed_limit = c.route_speed_limit[k]
         st.heading_error = (float(st.yaw[0]) - c.route_heading[k] + math.pi) % (2 * math.pi) - math.pi
         if s > st.progress:
             st.progress = s
-
-    def _ego_offroad(self) -> bool:
-        st, a, g = self.state, self.c.actors, self.c.drivable
-        return not kernels.box_inside(
-            g.mask, g.origin[0], g.origin[1], g.res, st.x[0], st.y[0], st.yaw[0], a.length[0], a.width[0]
-        )
+        return offroad, contact
 
     def _events(self, sig: np.ndarray) -> list[dict[str, Any]]:
         st, c, a = self.state, self.c, self.c.actors
@@ -227,11 +219,10 @@ class World:
         events: list[dict[str, Any]] = []
         prev_front = st.route_s + a.length[0] / 2
         prev_progress = st.progress
-        self._update_route()
+        offroad, contact = self._update_route()
         front = st.route_s + a.length[0] / 2
 
-        # collisions: broad phase on centre distance, then separating axes
-        contact = kernels.ego_contacts(st.x, st.y, st.yaw, a.length, a.width, st.active)
+        # collisions (oriented boxes, separating axes): one event when a contact begins
         if contact.any() or st.in_contact.any():
             for j in np.flatnonzero(contact & ~st.in_contact):
                 where = classify_contact(st.x[0], st.y[0], st.yaw[0], a.length[0], a.width[0], st.x[j], st.y[j])
@@ -243,7 +234,6 @@ class World:
                 })  # fmt: skip
             st.in_contact = contact
 
-        offroad = self._ego_offroad()
         if offroad and not st.offroad:
             events.append({"type": "offroad", "t": t, "lateral": float(st.lateral)})
         st.offroad = offroad
