@@ -44,7 +44,7 @@ def run_demo(bank: str, out: Path, video: bool = True, split: str | None = None)
     )
     print(f"LoopDrive demo: route follower on bank {b.name} v{b.version} ({len(b)} scenarios) -> {out}")
     results = {}
-    bar = tqdm(b.scenarios, desc="scenarios", unit="scn", leave=False)
+    bar = tqdm(b.scenarios, desc="scenarios", unit="scn", leave=False, disable=None)  # no bar when not a tty
     for scn in bar:
         t0 = time.time()
         path = out / f"{scn.id}.mp4"

@@ -168,7 +168,8 @@ def _paint_texture(road_map: RoadMap, layers: dict[str, np.ndarray]) -> tuple[np
         q = layers[name][..., :2]
         if len(q):
             px = np.round((q - [x0, y0]) / res * 4).astype(np.int32)
-            cv2.fillPoly(tex, list(px), colour, cv2.LINE_AA, shift=2)
+            for quad in px:  # one call per quad: a multi-polygon fill would XOR overlapping lanes
+                cv2.fillConvexPoly(tex, quad, colour, cv2.LINE_AA, shift=2)
     return tex, world_from_texture
 
 
