@@ -10,7 +10,7 @@ events are accumulated over them. ``info["reward_terms"]`` holds every term's to
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -21,7 +21,7 @@ from envs import observations as obs_mod
 from envs.controller import PLAN_STEPS, TrajectoryController
 from envs.sensors import BEVRenderer, CameraRenderer, make_rig
 from envs.world import ACCEL_LIMITS, DT, MAX_STEER, World, compile_scenario
-from rewards import DEFAULT_REWARDS, EgoState, RewardComposer, Transition, leaderboard_score
+from rewards import DEFAULT_REWARDS, EgoState, EpisodeLog, RewardComposer, Transition, compute_suites
 from scenarios import Scenario, load_bank
 
 ALL_OBSERVATIONS = ("cameras", "ego_history", "ego_state", "route", "command", "bev", "state")
@@ -54,6 +54,8 @@ class LoopDriveEnv(gym.Env):
         bev_size: int = 128,
         invalid_action: str = "raise",
         terminate_on_collision: bool = True,
+        leaderboard_version: str = "2.0",
+        reference_planner: Callable[[World], np.ndarray] | None = None,
         render_mode: str | None = None,
     ) -> None:
         if backend not in BACKENDS:
@@ -91,6 +93,8 @@ class LoopDriveEnv(gym.Env):
         self.render_mode = render_mode
         self.reward_weights = dict(DEFAULT_REWARDS if rewards is None else rewards)
         self.composer = RewardComposer(self.reward_weights)
+        self.leaderboard_version = leaderboard_version
+        self.reference_planner = reference_planner  # the expert's plan, for terms that compare to it
         self.n_frames = n_frames
         h, w = camera_size
         self.rig = make_rig(rig, h, w)
@@ -140,6 +144,7 @@ class LoopDriveEnv(gym.Env):
         self.controller = TrajectoryController()
         self.history.reset(self.world)
         self._ego_prev = self._ego_record()
+        self._ego_track = [self._ego_prev]
         self._returns: dict[str, float] = dict.fromkeys(self.composer.terms, 0.0)
         self._done = False
         if self._frames is not None:
@@ -175,6 +180,10 @@ class LoopDriveEnv(gym.Env):
             return self._observe(), 0.0, True, False, info
 
         w = self.world
+        reference = None
+        if control is None and self.composer.needs_reference:
+            planner = self.reference_planner or self._default_reference()
+            reference = planner(w)
         if control is None:
             self.controller.set_plan(
                 action, float(w.state.x[0]), float(w.state.y[0]), float(w.state.yaw[0]), float(w.state.speed[0])
@@ -198,8 +207,11 @@ class LoopDriveEnv(gym.Env):
             new_events = w.step(accel, steer)
             self.history.push(w)
             ego = self._ego_record()
-            r, values = self.composer(Transition(self._ego_prev, action, ego, new_events, DT, w))
+            r, values = self.composer(
+                Transition(self._ego_prev, action, ego, new_events, DT, w, reference if k == 0 else None)
+            )
             self._ego_prev = ego
+            self._ego_track.append(ego)
             reward += r
             for key, v in values.items():
                 terms[key] += v
@@ -244,14 +256,7 @@ class LoopDriveEnv(gym.Env):
 
     # --- observation and info ------------------------------------------------------------------------------------
     def _ego_record(self) -> EgoState:
-        w = self.world
-        st = w.state
-        x, y, yaw, speed, accel = st.x[0], st.y[0], st.yaw[0], st.speed[0], st.accel[0]
-        return EgoState(
-            st.t, float(x), float(y), float(yaw), float(speed), float(accel), st.yaw_rate, st.steer,
-            w.route_progress, w.route_completion, st.lateral, st.heading_error, st.speed_limit, st.offroad,
-            st.wrong_way, st.off_route_lanes,
-        )  # fmt: skip
+        return self.world.ego_record()
 
     def _observe(self) -> dict[str, Any]:
         w, keys = self.world, self.observation_keys
@@ -281,23 +286,39 @@ class LoopDriveEnv(gym.Env):
             "events": events,
         }
 
-    def episode_metrics(self) -> dict[str, Any]:
-        """Summary of the episode so far: world statistics, infraction counts, the route score."""
+    def episode_log(self) -> EpisodeLog:
+        """The episode so far as the metric suites read it."""
         w = self.world
-        stats = w.stats()
+        stuck = w.state.time_stopped >= 10.0 and not w.state.route_completed
+        return EpisodeLog(
+            events=[e for e in w.log if e["type"] != "trigger"], ego=list(self._ego_track),
+            route_length=w.c.goal_distance, dt=DT, timed_out=stuck,
+            distance_outside_route_lanes=w.state.distance_outside_route_lanes,
+        )  # fmt: skip
+
+    def episode_metrics(self) -> dict[str, Any]:
+        """Summary of the episode so far: world statistics, infractions, every metric suite."""
+        w = self.world
+        log = self.episode_log()
         counts: dict[str, int] = {}
-        for e in w.log:
-            if e["type"] != "trigger":
-                counts[e["type"]] = counts.get(e["type"], 0) + 1
-        at_fault = sum(1 for e in w.log if e["type"] == "collision" and e["at_fault"])
-        lb = leaderboard_score(w.log, stats)
+        for e in log.events:
+            counts[e["type"]] = counts.get(e["type"], 0) + 1
+        suites = compute_suites(log, self.leaderboard_version)
         return {
-            **stats,
+            **w.stats(),
             "events": counts,
-            "at_fault_collisions": at_fault,
-            "leaderboard": lb,
+            "infractions": log.infractions(),
+            "at_fault_collisions": sum(1 for e in log.events if e["type"] == "collision" and e["at_fault"]),
+            "suites": suites,
+            "leaderboard": suites["leaderboard"],
             "reward_returns": dict(self._returns),
         }
+
+    def _default_reference(self) -> Callable[[World], np.ndarray]:
+        from envs.driver import RouteFollower
+
+        self.reference_planner = RouteFollower().plan
+        return self.reference_planner
 
     # --- rendering ---------------------------------------------------------------------------------------------
     def render(self):

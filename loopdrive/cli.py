@@ -4,6 +4,7 @@ Subcommands import their layer lazily so ``loopdrive bank validate`` starts fast
 
   loopdrive bank list | show NAME | generate --name N --per-family K --seed S [--out DIR] | validate PATH
   loopdrive demo [--bank smoke] [--out runs/demo] [--no-video]
+  loopdrive serve-rewards [--host 127.0.0.1] [--port 8765]   (token from LOOPDRIVE_REWARD_TOKEN)
 """
 
 from __future__ import annotations
@@ -71,6 +72,20 @@ def _bank_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_rewards(args: argparse.Namespace) -> int:
+    from rewards.service import SERVICE_REWARDS, RewardServer, load_service_reward
+
+    for spec in args.reward or []:
+        load_service_reward(spec)
+    server = RewardServer(args.host, args.port, workers=args.workers, max_bytes=args.max_bytes)
+    print(f"reward service on {server.url} (rewards: {', '.join(sorted(SERVICE_REWARDS))}); Ctrl-C stops", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        server.stop()
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from loopdrive.demo import run_demo
 
@@ -101,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     val = bsub.add_parser("validate", help="validate a bank folder or a scenario file; exit 1 on problems")
     val.add_argument("path")
     val.set_defaults(fn=_bank_validate)
+
+    srv = sub.add_parser("serve-rewards", help="HTTP reward service (enqueue / fetch, bearer token)")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8765)
+    srv.add_argument("--workers", type=int, default=4)
+    srv.add_argument("--max-bytes", type=int, default=1_000_000, help="largest accepted request body")
+    srv.add_argument("--reward", action="append", help="extra reward 'module:function' (repeatable)")
+    srv.set_defaults(fn=_serve_rewards)
 
     demo = sub.add_parser("demo", help="drive the built-in route follower through a bank, with videos")
     demo.add_argument("--bank", default="smoke")

@@ -1,18 +1,28 @@
-"""Rewards: reward terms of world transitions, a registry for built-in and user terms, episode metrics."""
+"""Rewards: reward terms of world transitions, a registry for built-in and user terms, episode metric
+suites, meta-action detectors, scene facts and reasoning-consistency critics."""
 
 from rewards import terms as _terms  # noqa: F401  (registers the built-in terms)
-from rewards.metrics import leaderboard_score
+from rewards.comfort import NUPLAN, ComfortBounds, comfort_checks, comfort_series
+from rewards.metrics import SUITES, EpisodeLog, compute_suites, leaderboard_score
 from rewards.registry import REWARD_TERMS, RewardComposer, RewardConfigError, register, resolve
-from rewards.terms import DEFAULT_REWARDS
+from rewards.terms import DEFAULT_REWARDS, ade
 from rewards.transition import EgoState, Transition
 
 __all__ = [
     "DEFAULT_REWARDS",
+    "NUPLAN",
     "REWARD_TERMS",
+    "SUITES",
+    "ComfortBounds",
     "EgoState",
+    "EpisodeLog",
     "RewardComposer",
     "RewardConfigError",
     "Transition",
+    "ade",
+    "comfort_checks",
+    "comfort_series",
+    "compute_suites",
     "leaderboard_score",
     "register",
     "resolve",

@@ -1,36 +1,175 @@
-"""Episode metrics from the world's event log.
+"""Episode metrics and the metric suites people quote, all computed from one episode log.
 
-``leaderboard_score`` is the CARLA Leaderboard 2.0 route score, RC x IP: route completion (%)
-times an infraction penalty that starts at 1 and is multiplied per infraction by its coefficient
-(pedestrian 0.50, vehicle 0.60, static 0.65, red light 0.70, stop sign 0.80; leaving the route's
-lanes multiplies by 1 - pct/100). Source: leaderboard.carla.org, Leaderboard 2.0 scoring.
+An ``EpisodeLog`` is the world's event log plus the ego's state at every 0.1 s step. Every suite
+score is on a 0-100 scale. Formulas and sources:
+
+- ``leaderboard`` (CARLA Leaderboard 2.0, also Bench2Drive): score = RC x IP. RC = route completion
+  (%). IP starts at 1 and is multiplied per infraction: collision with a pedestrian 0.50, a vehicle
+  0.60, a static object 0.65, red light 0.70, stop sign 0.80, scenario timeout 0.70; driving outside
+  the route's lanes multiplies by (1 - pct / 100). With ``version="2.1"`` IP = 1 / (1 + sum w) with
+  w = pedestrian 1.0, vehicle 0.7, static 0.6, red light 0.4, stop sign 0.25, timeout 0.4.
+  Source: leaderboard.carla.org (scoring), Leaderboard 2.1 release notes.
+- ``pdms`` (NAVSIM v1 PDM score, here over the closed-loop episode):
+  NC * DAC * (5 TTC + 5 EP + 2 C) / 12; NC = 0 after an at-fault collision with a vehicle or
+  pedestrian, 0.5 with a static object, else 1; DAC = 0 if the ego left the drivable area; TTC = 0
+  if time to collision fell under 0.95 s; EP = ego progress (route completion, 0-1); C = 1 if all
+  nuPlan comfort bounds held. Source: Dauner et al., NAVSIM (2024).
+- ``alpasim`` (AlpaSim scene score): 0 after an at-fault collision or off-road, else
+  min(progress_rel / 0.8, 1). Source: NVlabs/alpasim evaluation.
+- ``comfort``: % of steps within all six nuPlan comfort bounds; ``success``: 100 if the route was
+  completed with no infraction; ``km_per_incident``: distance / incidents (inf without incidents).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-LB20_COEFFICIENTS = {
-    "pedestrian": 0.50,
-    "vehicle": 0.60,
-    "static": 0.65,
-    "red_light": 0.70,
-    "stop_sign": 0.80,
-    "scenario_timeout": 0.70,
-}
+import numpy as np
+
+from rewards.comfort import comfort_series
+from rewards.transition import EgoState
+
+LB20_COEFFICIENTS = {"pedestrian": 0.50, "vehicle": 0.60, "static": 0.65, "red_light": 0.70, "stop_sign": 0.80,
+                     "scenario_timeout": 0.70}  # fmt: skip
+LB21_WEIGHTS = {"pedestrian": 1.0, "vehicle": 0.7, "static": 0.6, "red_light": 0.4, "stop_sign": 0.25,
+                "scenario_timeout": 0.4}  # fmt: skip
+TTC_THRESHOLD = 0.95
+INCIDENT_TYPES = ("collision", "offroad", "red_light", "stop_sign", "wrong_way")
+SUITES = ("leaderboard", "pdms", "alpasim", "comfort", "success")
+
+
+@dataclass
+class EpisodeLog:
+    """Everything the suites need: events, the ego at every step, and route facts."""
+
+    events: list[dict[str, Any]]
+    ego: Sequence[EgoState] = field(default_factory=list)
+    route_length: float = 0.0  # metres from start to goal
+    dt: float = 0.1
+    timed_out: bool = False  # the scenario ended before the route was done (not a failure of the ego)
+    distance_outside_route_lanes: float = 0.0
+
+    @property
+    def route_completion(self) -> float:
+        return self.ego[-1].route_completion if self.ego else 0.0
+
+    @property
+    def distance(self) -> float:
+        if len(self.ego) < 2:
+            return 0.0
+        xy = np.array([(e.x, e.y) for e in self.ego])
+        return float(np.linalg.norm(np.diff(xy, axis=0), axis=1).sum())
+
+    def infractions(self) -> list[dict[str, Any]]:
+        """The events that count as infractions, each with time and actor (if any)."""
+        out = []
+        for e in self.events:
+            if e["type"] == "collision":
+                out.append({"type": f"collision_{e['actor_kind']}", "t": e["t"], "actor": e["actor"],
+                            "at_fault": e["at_fault"]})  # fmt: skip
+            elif e["type"] in ("offroad", "red_light", "stop_sign", "wrong_way", "route_deviation"):
+                out.append({"type": e["type"], "t": e["t"], **({"signal": e["signal"]} if "signal" in e else {})})
+        return out
+
+
+def _collisions(events: Iterable[Mapping[str, Any]], at_fault_only: bool = False) -> list[Mapping[str, Any]]:
+    return [e for e in events if e["type"] == "collision" and (e["at_fault"] or not at_fault_only)]
+
+
+def leaderboard(log: EpisodeLog, version: str = "2.0") -> dict[str, float]:
+    """CARLA Leaderboard route score: RC x IP (0-100), with RC, IP and infractions per km."""
+    counts: dict[str, int] = {}
+    for e in _collisions(log.events):
+        counts[e["actor_kind"]] = counts.get(e["actor_kind"], 0) + 1
+    for e in log.events:
+        if e["type"] in ("red_light", "stop_sign"):
+            counts[e["type"]] = counts.get(e["type"], 0) + 1
+    if log.timed_out:
+        counts["scenario_timeout"] = 1
+    if version == "2.0":
+        ip = math.prod(LB20_COEFFICIENTS[k] ** n for k, n in counts.items())
+    elif version == "2.1":
+        ip = 1.0 / (1.0 + sum(LB21_WEIGHTS[k] * n for k, n in counts.items()))
+    else:
+        raise ValueError(f"unknown leaderboard version {version!r}: use '2.0' or '2.1'")
+    outside_pct = min(100.0, 100.0 * log.distance_outside_route_lanes / max(log.route_length, 1e-6))
+    ip *= 1.0 - outside_pct / 100.0
+    rc = 100.0 * log.route_completion
+    km = log.distance / 1000.0
+    n_inf = sum(counts.values())
+    return {"score": rc * ip, "route_completion": rc, "infraction_penalty": ip, "infractions": float(n_inf),
+            "infractions_per_km": n_inf / km if km > 0 else 0.0, "outside_lanes_pct": outside_pct}  # fmt: skip
+
+
+def comfort(log: EpisodeLog) -> dict[str, float]:
+    """% of steps within all six nuPlan comfort bounds, and the share of steps for each bound."""
+    if len(log.ego) < 3:
+        return {"score": 100.0, "all_bounds": 1.0}
+    e = log.ego
+    ok = comfort_series([s.speed for s in e], [s.accel for s in e], [s.yaw_rate for s in e], log.dt)
+    names = ("lon_accel", "lat_accel", "jerk", "lon_jerk", "yaw_rate", "yaw_accel")
+    out = {"score": 100.0 * float(ok.all(1).mean()), "all_bounds": float(ok.all())}
+    out.update({f"{n}_ok": float(ok[:, i].mean()) for i, n in enumerate(names)})
+    return out
+
+
+def pdms(log: EpisodeLog) -> dict[str, float]:
+    """NAVSIM PDM score over the closed-loop episode (0-100) and its sub-scores."""
+    nc = 1.0
+    for e in _collisions(log.events, at_fault_only=True):
+        nc = min(nc, 0.5 if e["actor_kind"] == "static" else 0.0)
+    dac = 0.0 if any(e["type"] == "offroad" for e in log.events) else 1.0
+    ttc = 0.0 if any(s.ttc < TTC_THRESHOLD for s in log.ego) else 1.0
+    ep = float(np.clip(log.route_completion, 0.0, 1.0))
+    c = comfort(log)["all_bounds"]
+    score = nc * dac * (5 * ttc + 5 * ep + 2 * c) / 12
+    return {"score": 100.0 * score, "nc": nc, "dac": dac, "ttc": ttc, "ep": ep, "c": c}
+
+
+def alpasim(log: EpisodeLog) -> dict[str, float]:
+    """AlpaSim scene score (0-100): 0 after an at-fault collision or off-road, else min(progress / 0.8, 1)."""
+    failed = bool(_collisions(log.events, at_fault_only=True)) or any(e["type"] == "offroad" for e in log.events)
+    return {"score": 0.0 if failed else 100.0 * min(log.route_completion / 0.8, 1.0)}
+
+
+def success(log: EpisodeLog) -> dict[str, float]:
+    """100 if the route was completed with no infraction at all, else 0."""
+    done = any(e["type"] == "route_complete" for e in log.events)
+    clean = not log.infractions()
+    return {"score": 100.0 if done and clean else 0.0}
+
+
+def km_per_incident(log: EpisodeLog) -> float:
+    incidents = sum(1 for e in log.events if e["type"] in INCIDENT_TYPES)
+    km = log.distance / 1000.0
+    return km / incidents if incidents else math.inf
+
+
+def compute_suites(log: EpisodeLog, leaderboard_version: str = "2.0") -> dict[str, dict[str, float]]:
+    """Every suite for one episode, plus distance and km per incident under ``extra``."""
+    return {
+        "leaderboard": leaderboard(log, leaderboard_version) | {"version": float(leaderboard_version)},
+        "pdms": pdms(log),
+        "alpasim": alpasim(log),
+        "comfort": comfort(log),
+        "success": success(log),
+        "extra": {"distance_m": log.distance, "km_per_incident": km_per_incident(log)},
+    }
 
 
 def leaderboard_score(events: Iterable[Mapping[str, Any]], stats: Mapping[str, float]) -> dict[str, float]:
-    """RC, IP and the route score (0-100) of one episode, Leaderboard 2.0 coefficients."""
-    ip = 1.0
-    for e in events:
-        if e["type"] == "collision":
-            ip *= LB20_COEFFICIENTS[e["actor_kind"]]
-        elif e["type"] in ("red_light", "stop_sign"):
-            ip *= LB20_COEFFICIENTS[e["type"]]
-    length = max(stats.get("route_length", 0.0), 1e-6)
-    outside_pct = min(100.0, 100.0 * stats.get("distance_outside_route_lanes", 0.0) / length)
-    ip *= 1.0 - outside_pct / 100.0
-    rc = 100.0 * stats.get("route_completion", 0.0)
-    return {"route_completion": rc, "infraction_penalty": ip, "score": rc * ip}
+    """Leaderboard 2.0 route score from the world's event log and statistics (the demo's one line)."""
+    log = EpisodeLog(list(events), route_length=stats.get("route_length", 0.0),
+                     distance_outside_route_lanes=stats.get("distance_outside_route_lanes", 0.0))  # fmt: skip
+    lb = leaderboard(_with_completion(log, stats.get("route_completion", 0.0)))
+    return {"route_completion": lb["route_completion"], "infraction_penalty": lb["infraction_penalty"],
+            "score": lb["score"]}  # fmt: skip
+
+
+def _with_completion(log: EpisodeLog, completion: float) -> EpisodeLog:
+    """A log whose route completion is given directly (no ego track)."""
+    log.ego = [EgoState(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, completion, 0.0, 0.0, 0.0, False, False, False)]
+    return log

@@ -23,14 +23,19 @@ class RewardConfigError(ValueError):
     pass
 
 
-def register(name: str | None = None):
-    """Decorator: register a reward term under ``name`` (default: the function's name)."""
+def register(name: str | None = None, needs_reference: bool = False):
+    """Decorator: register a reward term under ``name`` (default: the function's name).
+
+    ``needs_reference=True`` asks the environment to put the privileged expert's plan into
+    ``Transition.reference`` at decision steps (it is only computed when some term needs it).
+    """
 
     def wrap(fn: RewardFn) -> RewardFn:
         key = name or fn.__name__
         if key in REWARD_TERMS and REWARD_TERMS[key] is not fn:
             raise RewardConfigError(f"reward term {key!r} is already registered")
         _check_signature(fn, key)
+        fn.needs_reference = needs_reference
         REWARD_TERMS[key] = fn
         return fn
 
@@ -89,6 +94,7 @@ class RewardComposer:
                 raise RewardConfigError(f"reward weight for {name!r} must be finite, got {w}")
             self.terms[name] = resolve(name)
             self.weights[name] = w
+        self.needs_reference = any(getattr(fn, "needs_reference", False) for fn in self.terms.values())
 
     def __call__(self, t: Transition) -> tuple[float, dict[str, float]]:
         values: dict[str, float] = {}

@@ -1,25 +1,55 @@
-"""Built-in reward terms: route progress and the safety events of a step.
+"""Built-in reward terms: pure functions of one transition.
 
-Each returns an unweighted quantity (metres, counts, indicators); the sign and scale come from the
-weights in the config, e.g. ``{"progress": 0.1, "collision": -10.0}``.
+Each returns an unweighted quantity (metres, counts, indicators, fractions); sign and scale come
+from the config's weights, e.g. ``{"progress": 0.1, "collision": -10.0, "comfort": -0.1}``.
+Safety terms count *new* infractions in the step (events), state terms (off-road, wrong way,
+lane centering) are paid every step the condition holds.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from rewards.comfort import comfort_checks
 from rewards.registry import register
 from rewards.transition import Transition
 
+TTC_THRESHOLD = 0.95  # s, nuPlan's time-to-collision bound
 
+
+# --- progress ------------------------------------------------------------------------------------------
 @register("progress")
 def progress(t: Transition) -> float:
     """Metres of route covered in this step (never negative: going back earns nothing)."""
     return max(0.0, t.state.route_progress - t.prev.route_progress)
 
 
+@register("route_complete")
+def route_complete(t: Transition) -> float:
+    """1 on the step the route is completed."""
+    return float(t.count("route_complete"))
+
+
+# --- safety events --------------------------------------------------------------------------------------
 @register("collision")
 def collision(t: Transition) -> float:
-    """Number of new at-fault collisions (any class)."""
+    """New at-fault collisions of any class."""
     return float(t.count("collision", at_fault=True))
+
+
+@register("collision_vehicle")
+def collision_vehicle(t: Transition) -> float:
+    return float(t.count("collision", at_fault=True, actor_kind="vehicle"))
+
+
+@register("collision_pedestrian")
+def collision_pedestrian(t: Transition) -> float:
+    return float(t.count("collision", at_fault=True, actor_kind="pedestrian"))
+
+
+@register("collision_static")
+def collision_static(t: Transition) -> float:
+    return float(t.count("collision", at_fault=True, actor_kind="static"))
 
 
 @register("offroad")
@@ -33,9 +63,105 @@ def red_light(t: Transition) -> float:
     return float(t.count("red_light"))
 
 
-@register("route_complete")
-def route_complete(t: Transition) -> float:
-    return float(t.count("route_complete"))
+@register("stop_sign")
+def stop_sign(t: Transition) -> float:
+    return float(t.count("stop_sign"))
+
+
+@register("wrong_way")
+def wrong_way(t: Transition) -> float:
+    """1 for every step driven against the direction of the lane the ego is in."""
+    return 1.0 if t.state.wrong_way else 0.0
+
+
+@register("speeding")
+def speeding(t: Transition) -> float:
+    """Metres per second above the lane's speed limit (0 at or below it)."""
+    return max(0.0, t.state.speed - t.state.speed_limit)
+
+
+@register("ttc")
+def ttc(t: Transition) -> float:
+    """1 while the time to collision with the actor ahead is under 0.95 s (nuPlan's bound)."""
+    return 1.0 if t.state.ttc < TTC_THRESHOLD else 0.0
+
+
+# --- lane keeping -----------------------------------------------------------------------------------------
+@register("lane_centering")
+def lane_centering(t: Transition) -> float:
+    """Absolute lateral offset from the route centreline, metres."""
+    return abs(t.state.lateral)
+
+
+@register("lane_keeping")
+def lane_keeping(t: Transition) -> float:
+    """1 for every step outside the lanes of the route (its lanes and same-direction neighbours)."""
+    return 1.0 if t.state.off_route_lanes else 0.0
+
+
+# --- comfort and pace -----------------------------------------------------------------------------------------
+@register("comfort")
+def comfort(t: Transition) -> float:
+    """Fraction of the six nuPlan comfort bounds violated in this step (0 = comfortable)."""
+    checks = comfort_checks(t.prev, t.state, t.dt)
+    return 1.0 - sum(checks.values()) / len(checks)
+
+
+@register("blocked")
+def blocked(t: Transition) -> float:
+    """1 while the ego stands still with nothing in its way (no lead within 10 m, no red light)."""
+    s = t.state
+    return 1.0 if s.speed < 0.1 and s.lead_gap > 10.0 and s.stop_ahead > 10.0 else 0.0
+
+
+@register("min_speed")
+def min_speed(t: Transition) -> float:
+    """Shortfall below half the speed limit when the way is clear, as a fraction (CARLA's min speed)."""
+    s = t.state
+    if s.lead_gap < 30.0 or s.stop_ahead < 30.0:
+        return 0.0
+    target = 0.5 * s.speed_limit
+    return max(0.0, 1.0 - s.speed / target) if target > 0 else 0.0
+
+
+# --- trajectory quality against the expert ------------------------------------------------------------------
+def ade(plan: np.ndarray, reference: np.ndarray) -> float:
+    """Average displacement error (m) between two [T, >=2] trajectories."""
+    n = min(len(plan), len(reference))
+    return float(np.linalg.norm(np.asarray(plan)[:n, :2] - np.asarray(reference)[:n, :2], axis=1).mean())
+
+
+def plan_comfort(plan: np.ndarray, dt: float = 0.1) -> float:
+    """Fraction of the comfort bounds that hold along a planned trajectory ([T, 3], ego frame)."""
+    from rewards.comfort import comfort_series
+
+    xy = np.asarray(plan, float)[:, :2]
+    xy = np.concatenate([[[0.0, 0.0]], xy])
+    v = np.linalg.norm(np.diff(xy, axis=0), axis=1) / dt
+    yaw = np.unwrap(np.concatenate([[0.0], np.asarray(plan, float)[:, 2]]))
+    yaw_rate = np.diff(yaw) / dt
+    accel = np.gradient(v, dt)
+    return float(comfort_series(v, accel, yaw_rate, dt).all(1).mean())
+
+
+@register("ade_expert", needs_reference=True)
+def ade_expert(t: Transition) -> float:
+    """ADE (m) of the agent's plan against the privileged expert's plan, at decision steps."""
+    if t.reference is None or np.ndim(t.action) != 2:
+        return 0.0
+    return ade(t.action, t.reference)
+
+
+@register("alpamayo_demo", needs_reference=True)
+def alpamayo_demo(t: Transition) -> float:
+    """Alpamayo's released demo reward at decision steps: if ADE < 3 m then -0.4 ADE / 3 +
+    0.1 (comfort - 1), else -1; comfort is the fraction of the comfort bounds that hold."""
+    if t.reference is None or np.ndim(t.action) != 2:
+        return 0.0
+    d = ade(t.action, t.reference)
+    if d >= 3.0:
+        return -1.0
+    return -0.4 * d / 3.0 + 0.1 * (plan_comfort(t.action, t.dt) - 1.0)
 
 
 DEFAULT_REWARDS = {"progress": 0.1, "collision": -10.0, "offroad": -1.0, "red_light": -5.0, "route_complete": 5.0}

@@ -28,15 +28,22 @@ class EgoState(NamedTuple):
     offroad: bool
     wrong_way: bool
     off_route_lanes: bool
+    ttc: float = float("inf")  # time to collision with the nearest actor in the ego's path (s)
+    lead_gap: float = float("inf")  # bumper-to-bumper gap to that actor (m)
+    stop_ahead: float = float("inf")  # metres to the next stop line the ego must stop at (red light)
 
 
 class Transition(NamedTuple):
+    """One 0.1 s world step. ``reference`` is the privileged expert's plan ([64, 3], ego frame) at
+    decision steps when a term asks for it (``@register(needs_reference=True)``), else None."""
+
     prev: EgoState
     action: Any
     state: EgoState
     events: list[dict[str, Any]]
     dt: float = 0.1
     world: Any = None
+    reference: Any = None
 
     def count(self, event_type: str, **match: Any) -> int:
         """Number of events of a type in this step, optionally matching fields (e.g. at_fault=True)."""

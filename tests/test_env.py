@@ -194,3 +194,38 @@ def test_async_vector_env():
         obs, r, _term, _trunc, _info = vec.step(plan)
     assert r.shape == (2,) and np.isfinite(r).all()
     vec.close()
+
+
+def test_episode_metrics_carry_every_suite():
+    env = gym.make("LoopDrive-v0", observations=("state",), scenario="signalized_intersection-000")
+    _episode(env, steps=1000)
+    m = env.unwrapped.episode_metrics()
+    for suite in ("leaderboard", "pdms", "alpasim", "comfort", "success"):
+        assert 0.0 <= m["suites"][suite]["score"] <= 100.0
+    assert m["suites"]["success"]["score"] == 100.0 and m["infractions"] == []
+    assert m["suites"]["leaderboard"]["version"] == 2.0
+
+
+def test_ttc_and_expert_terms_through_the_env(empty_straight):
+    ego = empty_straight.ego
+    scn = empty_straight.model_validate(
+        empty_straight.model_dump(mode="json")
+        | {"actors": [{"id": "parked", "lane": ego.lane, "s": ego.s + 40, "behaviour": {"type": "static"}}]}
+    )
+    env = gym.make("LoopDrive-v0", scenario=scn, observations=("state",),
+                   rewards={"ttc": -1.0, "ade_expert": -0.1, "collision": -10.0})  # fmt: skip
+    env.reset(seed=0)
+    from tests.helpers import route_plan
+
+    ttc_steps, ade = 0, []
+    for _ in range(20):
+        _, _, term, _, info = env.step(route_plan(env.unwrapped.world, 12.0))
+        ttc_steps += info["reward_terms"]["ttc"]
+        ade.append(info["reward_terms"]["ade_expert"])
+        if term:
+            break
+    assert ttc_steps > 0  # closing in on the parked car at 12 m/s
+    assert max(ade) > 1.0  # the expert brakes, this plan does not
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(RouteFollower().plan(env.unwrapped.world))
+    assert info["reward_terms"]["ade_expert"] < 0.05  # the expert agrees with itself

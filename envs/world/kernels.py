@@ -407,3 +407,27 @@ def ego_checks(route_xy, route_s, seg, full, x, y, yaw, speed, active, length, w
         s, lat, k = project_window(route_xy, route_s, x[0], y[0], 0, last)
     inside = box_inside(mask, ox, oy, res, x[0], y[0], yaw[0], length[0], width[0])
     return s, lat, k, not inside, ego_contacts(x, y, yaw, length, width, active)
+
+
+@njit(cache=True)
+def ego_threat(x, y, yaw, speed, active, length, width, margin):
+    """Time to collision (s) and bumper gap (m) to the nearest actor in the ego's straight corridor.
+
+    Constant-velocity projection along the ego's heading; inf when nothing is ahead or closing.
+    """
+    c, s = math.cos(yaw[0]), math.sin(yaw[0])
+    best_gap, best_ttc = np.inf, np.inf
+    for j in range(1, len(x)):
+        if not active[j]:
+            continue
+        dx, dy = x[j] - x[0], y[j] - y[0]
+        lon, lat = c * dx + s * dy, -s * dx + c * dy
+        if lon <= 0.0 or lon > 80.0 or abs(lat) > 0.5 * (width[0] + width[j]) + margin:
+            continue
+        gap = max(lon - 0.5 * (length[0] + length[j]), 0.0)
+        if gap < best_gap:
+            best_gap = gap
+        closing = speed[0] - speed[j] * math.cos(yaw[j] - yaw[0])
+        if closing > 0.01 and gap / closing < best_ttc:
+            best_ttc = gap / closing
+    return best_ttc, best_gap

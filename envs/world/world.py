@@ -19,6 +19,7 @@ from envs.world.collision import classify_contact
 from envs.world.compile import RED, Compiled, compile_scenario
 from envs.world.lanegrid import JUNCTION, NONE
 from envs.world.state import Behaviour, Kind, Mode, WorldState
+from rewards.transition import EgoState
 from scenarios.schema import Scenario
 
 # plain ints: comparing int8 arrays with IntEnum members is several times slower
@@ -95,6 +96,37 @@ class World:
     @property
     def route_completion(self) -> float:
         return min(max(self.route_progress / max(self.c.goal_distance, 1e-6), 0.0), 1.0)
+
+    def ego_record(self) -> EgoState:
+        """The ego's state as reward terms and metrics see it (see ``rewards.EgoState``)."""
+        st, a = self.state, self.c.actors
+        ttc, gap = kernels.ego_threat(st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width, 0.3)
+        return EgoState(
+            st.t, float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]), float(st.accel[0]),
+            st.yaw_rate, st.steer, self.route_progress, self.route_completion, st.lateral, st.heading_error,
+            st.speed_limit, st.offroad, st.wrong_way, st.off_route_lanes, ttc, gap, self.stop_ahead(),
+        )  # fmt: skip
+
+    def stop_ahead(self) -> float:
+        """Metres from the front bumper to the next stop line the ego must stop at: a red light, or a
+        stop sign it has not stopped at yet (inf if none)."""
+        st, c = self.state, self.c
+        if not c.route_stops:
+            return math.inf
+        front = st.route_s + c.actors.length[0] / 2
+        sig = None
+        for k, (line, sg) in enumerate(c.route_stops):
+            if line - front < -0.5:
+                continue
+            if sg < 0:
+                if not st.stop_done[k]:
+                    return line - front
+                continue
+            if sig is None:
+                sig = self.signal_states()
+            if sig[sg] == RED:
+                return line - front
+        return math.inf
 
     def signal_states(self) -> np.ndarray:
         return self.c.signal_states(self.state.t)
