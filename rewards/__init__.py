@@ -3,13 +3,14 @@ suites, meta-action detectors, scene facts and reasoning-consistency critics."""
 
 from rewards import terms as _terms  # noqa: F401  (registers the built-in terms)
 from rewards.comfort import NUPLAN, ComfortBounds, comfort_checks, comfort_series
-from rewards.metrics import SUITES, EpisodeLog, compute_suites, leaderboard_score
+from rewards.metrics import METRICS, SUITES, EpisodeLog, compute_suites, leaderboard_score, register_metric
 from rewards.registry import REWARD_TERMS, RewardComposer, RewardConfigError, register, resolve
 from rewards.terms import DEFAULT_REWARDS, ade
 from rewards.transition import EgoState, Transition
 
 __all__ = [
     "DEFAULT_REWARDS",
+    "METRICS",
     "NUPLAN",
     "REWARD_TERMS",
     "SUITES",
@@ -25,5 +26,6 @@ __all__ = [
     "compute_suites",
     "leaderboard_score",
     "register",
+    "register_metric",
     "resolve",
 ]

@@ -22,8 +22,9 @@ score is on a 0-100 scale. Formulas and sources:
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,16 +149,45 @@ def km_per_incident(log: EpisodeLog) -> float:
     return km / incidents if incidents else math.inf
 
 
-def compute_suites(log: EpisodeLog, leaderboard_version: str = "2.0") -> dict[str, dict[str, float]]:
-    """Every suite for one episode, plus distance and km per incident under ``extra``."""
-    return {
-        "leaderboard": leaderboard(log, leaderboard_version) | {"version": float(leaderboard_version)},
-        "pdms": pdms(log),
-        "alpasim": alpasim(log),
-        "comfort": comfort(log),
-        "success": success(log),
-        "extra": {"distance_m": log.distance, "km_per_incident": km_per_incident(log)},
-    }
+MetricFn = Callable[[EpisodeLog], dict[str, float]]
+METRICS: dict[str, MetricFn] = {"pdms": pdms, "alpasim": alpasim, "comfort": comfort, "success": success}
+
+
+def register_metric(name: str | None = None):
+    """Decorator: add an episode metric ``fn(log: EpisodeLog) -> {"score": 0-100, ...}`` to every
+    ``compute_suites`` result (a user's metric can also be named by ``"module:function"``)."""
+
+    def wrap(fn: MetricFn) -> MetricFn:
+        METRICS[name or fn.__name__] = fn
+        return fn
+
+    return wrap
+
+
+def resolve_metric(spec: str) -> MetricFn:
+    if spec in METRICS:
+        return METRICS[spec]
+    module, _, attr = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr) if attr else None
+    except ImportError as e:
+        raise ValueError(f"metric {spec!r}: cannot import {module!r}: {e}") from None
+    if not callable(fn):
+        raise ValueError(f"unknown metric {spec!r}: not registered ({sorted(METRICS)}) nor 'module:function'")
+    return fn
+
+
+def compute_suites(log: EpisodeLog, leaderboard_version: str = "2.0", extra_metrics: Iterable[str] = ()
+                   ) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Every registered suite for one episode (plus ``extra_metrics`` by name or import path), and
+    distance and km per incident under ``extra``."""
+    out = {"leaderboard": leaderboard(log, leaderboard_version) | {"version": float(leaderboard_version)}}
+    for name, fn in METRICS.items():
+        out[name] = fn(log)
+    for spec in extra_metrics:
+        out[spec] = resolve_metric(spec)(log)
+    out["extra"] = {"distance_m": log.distance, "km_per_incident": km_per_incident(log)}
+    return out
 
 
 def leaderboard_score(events: Iterable[Mapping[str, Any]], stats: Mapping[str, float]) -> dict[str, float]:

@@ -127,3 +127,22 @@ def test_trajectory_terms_against_the_reference():
     assert plan_comfort(ref) == 1.0 and plan_comfort(off) < 1.0  # the offset plan jumps sideways at once
     assert demo(T(action=off, reference=ref)) == pytest.approx(-0.4 * 1.5 / 3 + 0.1 * (plan_comfort(off) - 1))
     assert demo(T(action=ref + [0, 5.0, 0], reference=ref)) == -1.0
+
+
+def test_user_metrics_by_registry_and_import_path(tmp_path, monkeypatch):
+    from rewards import METRICS, register_metric
+
+    @register_metric("half_completion")
+    def half(log):
+        return {"score": 50.0 * log.route_completion}
+
+    try:
+        assert compute_suites(EpisodeLog([], track(1.0), 100.0))["half_completion"]["score"] == pytest.approx(50.0)
+    finally:
+        METRICS.pop("half_completion")
+    (tmp_path / "my_metrics.py").write_text("def speed(log):\n    return {'score': max(e.speed for e in log.ego)}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = compute_suites(EpisodeLog([], track(1.0), 100.0), extra_metrics=["my_metrics:speed"])
+    assert out["my_metrics:speed"]["score"] == 10.0
+    with pytest.raises(ValueError, match="unknown metric"):
+        compute_suites(EpisodeLog([], track(1.0), 100.0), extra_metrics=["nope"])
