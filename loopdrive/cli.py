@@ -89,7 +89,7 @@ def _serve_rewards(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from loopdrive.demo import run_demo
 
-    return run_demo(args.bank, Path(args.out), video=not args.no_video, split=args.split)
+    return run_demo(args.bank, Path(args.out), video=not args.no_video, split=args.split, agent=args.agent)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--reward", action="append", help="extra reward 'module:function' (repeatable)")
     srv.set_defaults(fn=_serve_rewards)
 
-    demo = sub.add_parser("demo", help="drive the built-in route follower through a bank, with videos")
+    demo = sub.add_parser("demo", help="drive an agent (the expert by default) through a bank, with videos")
     demo.add_argument("--bank", default="smoke")
+    demo.add_argument("--agent", default="expert", help="agent spec: expert, constant_velocity, stop, pkg.mod:Cls")
     demo.add_argument("--split", choices=["train", "val", "test"])
     demo.add_argument("--out", default="runs/demo")
     demo.add_argument("--no-video", action="store_true")
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args) or 0)
-    except (FileNotFoundError, KeyError, ValueError) as e:
+    except (FileNotFoundError, KeyError, ValueError) as e:  # includes ScenarioError, AgentSpecError
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"loopdrive: error: {msg}", file=sys.stderr)
         return 2

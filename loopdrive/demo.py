@@ -1,8 +1,8 @@
-"""The demo: the built-in route follower drives every scenario of a bank in closed loop.
+"""The demo: an agent (the privileged expert by default) drives every scenario of a bank in closed loop.
 
-It writes one mp4 per scenario (cameras, BEV, status line) and prints one line per scenario with
-its Leaderboard-2.0 route score; ``scores.json`` collects them. One failing scenario is reported
-and the demo goes on.
+It writes one mp4 per scenario (cameras, BEV, status line and the agent's reasoning as a caption)
+and prints one line per scenario with its Leaderboard-2.0 route score; ``scores.json`` collects
+them. One failing scenario is reported and the demo goes on.
 """
 
 from __future__ import annotations
@@ -16,33 +16,36 @@ import gymnasium as gym
 from tqdm import tqdm
 
 import envs  # noqa: F401  (registers the environments)
-from envs import RouteFollower, compose_frame
+from agents import load_agent
+from envs import compose_frame
 from envs.sensors import VideoRecorder
 from scenarios import load_bank
 
 
-def drive(env: gym.Env, scenario_id: str, recorder: VideoRecorder | None = None, seed: int = 0) -> dict:
-    """One closed-loop episode of the route follower (replanning at 10 Hz); returns the metrics."""
+def drive(env: gym.Env, scenario_id: str, agent_spec: str = "expert", recorder: VideoRecorder | None = None,
+          seed: int = 0) -> dict:  # fmt: skip
+    """One closed-loop episode of an agent; returns the episode metrics."""
     base = env.unwrapped
-    env.reset(seed=seed, options={"scenario": scenario_id})
-    driver = RouteFollower()
+    obs, _ = env.reset(seed=seed, options={"scenario": scenario_id})
+    agent = load_agent(agent_spec)
+    agent.reset({"scenario": base.scenario, "world": base.world})
     done = False
     while not done:
-        plan = driver.plan(base.world)
-        _, _, terminated, truncated, info = env.step(plan)
+        out = agent.act(obs)
+        obs, _, terminated, truncated, info = env.step(out.trajectory)
         done = terminated or truncated
         if recorder is not None:
-            recorder.add(compose_frame(base.world, base.cameras, base.bev, base._frames))
+            recorder.add(compose_frame(base.world, base.cameras, base.bev, base._frames, caption=out.reasoning))
     return info["metrics"]
 
 
-def run_demo(bank: str, out: Path, video: bool = True, split: str | None = None) -> int:
+def run_demo(bank: str, out: Path, video: bool = True, split: str | None = None, agent: str = "expert") -> int:
     out.mkdir(parents=True, exist_ok=True)
     b = load_bank(bank, split=split)
     env = gym.make(
         "LoopDrive-v0", bank=bank, split=split, decision_every=1, n_frames=1, render_mode="rgb_array" if video else None
     )
-    print(f"LoopDrive demo: route follower on bank {b.name} v{b.version} ({len(b)} scenarios) -> {out}")
+    print(f"LoopDrive demo: agent {agent!r} on bank {b.name} v{b.version} ({len(b)} scenarios) -> {out}")
     results = {}
     bar = tqdm(b.scenarios, desc="scenarios", unit="scn", leave=False, disable=None)  # no bar when not a tty
     for scn in bar:
@@ -50,7 +53,7 @@ def run_demo(bank: str, out: Path, video: bool = True, split: str | None = None)
         path = out / f"{scn.id}.mp4"
         try:
             with VideoRecorder(path) if video else _Null() as rec:
-                m = drive(env, scn.id, rec if video else None)
+                m = drive(env, scn.id, agent, rec if video else None)
         except Exception as e:  # one failing scenario never stops the demo
             results[scn.id] = {"status": "error", "error": f"{type(e).__name__}: {e}"}
             tqdm.write(f"{scn.id:28s} ERROR {e}")

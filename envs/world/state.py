@@ -112,6 +112,8 @@ class WorldState:
     in_contact: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     offroad: bool = False
     wrong_way: bool = False
+    wrong_way_run: float = 0.0  # metres driven against the lane since entering it
+    wrong_way_reported: bool = False
     off_route_lanes: bool = False
     stop_min_speed: np.ndarray = field(default_factory=lambda: np.zeros(0))
     stop_done: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))

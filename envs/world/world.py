@@ -32,6 +32,7 @@ ACCEL_LIMITS = (-8.0, 6.0)
 MAX_STEER = math.radians(45.0)
 MAX_STEER_RATE = 1.2  # rad/s at the road wheels
 MAX_SPEED = 35.0
+WRONG_WAY_DISTANCE = 50.0  # metres against the lane direction before it counts as wrong-way driving
 ROUTE_DEVIATION = 12.0  # metres from the route centreline that end the route (as CARLA's deviation)
 _KIND_NAMES = {Kind.VEHICLE: "vehicle", Kind.PEDESTRIAN: "pedestrian", Kind.CYCLIST: "vehicle", Kind.STATIC: "static"}
 
@@ -291,8 +292,11 @@ class World:
         else:
             wrong = False
             off_route = lane == NONE or (lane == JUNCTION and abs(st.lateral) > 4.0)
-        if wrong and not st.wrong_way:
+        # wrong way is sustained driving against a lane (over WRONG_WAY_DISTANCE), not a brief nudge
+        st.wrong_way_run = st.wrong_way_run + moved if wrong else 0.0
+        if wrong and st.wrong_way_run >= WRONG_WAY_DISTANCE and not st.wrong_way_reported:
             events.append({"type": "wrong_way", "t": t, "lane": c.lane_ids[lane]})
+        st.wrong_way_reported = (st.wrong_way_reported and wrong) or (wrong and st.wrong_way_run >= WRONG_WAY_DISTANCE)
         st.wrong_way, st.off_route_lanes = wrong, off_route
         if off_route:
             st.distance_outside_route_lanes += moved

@@ -1,0 +1,47 @@
+"""The agent protocol: ``reset(episode_info)`` then ``act(observation) -> AgentOutput`` every decision.
+
+``episode_info`` carries the scenario and, for privileged agents (the expert), the world itself
+(``episode_info["world"]``); learned agents use only the observation. ``act_batch`` exists so
+vectorised rollouts can batch inference; the default loops over ``act``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass
+class AgentOutput:
+    trajectory: np.ndarray  # [64, 3] ego-frame (x, y, yaw) at 0.1 .. 6.4 s
+    reasoning: str | None = None  # Chain-of-Causation text
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Agent(Protocol):
+    name: str
+    privileged: bool  # needs episode_info["world"]
+
+    def reset(self, episode_info: dict[str, Any]) -> None: ...
+
+    def act(self, observation: dict[str, Any]) -> AgentOutput: ...
+
+
+class BaseAgent:
+    """Convenience base: a name, no privileges, and a looping ``act_batch``."""
+
+    name = "agent"
+    privileged = False
+
+    def reset(self, episode_info: dict[str, Any]) -> None:
+        self.episode_info = episode_info
+
+    def act(self, observation: dict[str, Any]) -> AgentOutput:
+        raise NotImplementedError
+
+    def act_batch(self, observations: Sequence[dict[str, Any]]) -> list[AgentOutput]:
+        return [self.act(o) for o in observations]

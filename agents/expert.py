@@ -1,0 +1,370 @@
+"""The privileged expert: a rule-based planner on the world state, and the teacher for datasets.
+
+Each decision it (1) sees every actor near its route in route coordinates (arc length s, lateral
+offset), (2) picks a lateral target: stay in lane, overtake through a free same-direction lane, or
+nudge through a clear oncoming lane around a blocked lane, (3) plans a speed profile with IDM on the
+tightest of: the leader in its corridor, pedestrians near its path, red lights and stop signs, and
+yield points where its junction path conflicts with traffic that has priority (unprotected left
+turns, stop signs, merges), capped by the lane limit, curvature and caution near occluders, and
+(4) writes the Chain-of-Causation text from those same decision factors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agents.base import AgentOutput, BaseAgent
+from envs.controller import PLAN_DT, PLAN_STEPS
+from envs.driver import route_speed_cap, to_ego_frame
+from envs.world import RED, YELLOW, Kind
+from envs.world.kernels import idm
+from scenarios import geometry as geo
+
+VEHICLE, PEDESTRIAN, STATIC = int(Kind.VEHICLE), int(Kind.PEDESTRIAN), int(Kind.STATIC)
+
+
+@dataclass
+class Seen:
+    """An actor in route coordinates."""
+
+    index: int
+    id: str
+    kind: int
+    s: float  # arc length of its centre on the ego route
+    lat: float  # lateral offset from the route centreline (left +)
+    v_along: float  # speed along the route direction (negative = oncoming)
+    speed: float
+    length: float
+    width: float
+    static: bool
+
+
+class Expert(BaseAgent):
+    name = "expert"
+    privileged = True
+
+    def __init__(self, time_headway: float = 1.4, min_gap: float = 3.0, caution_speed: float = 6.0) -> None:
+        self.T, self.s0, self.caution_speed = time_headway, min_gap, caution_speed
+
+    def reset(self, episode_info: dict[str, Any]) -> None:
+        super().reset(episode_info)
+        self.world = episode_info.get("world")
+        if self.world is None:
+            raise ValueError("the expert is privileged: pass episode_info['world'] (the env's world) to reset()")
+        self.offset = 0.0  # lateral target relative to the route centreline
+        self.maneuver: str | None = None  # "overtake_left", "nudge_left", ...
+        self.blocker: str | None = None
+        self._stopped_at: dict[int, float] = {}
+
+    def act(self, observation: dict[str, Any] | None = None) -> AgentOutput:
+        return self.plan(self.world)
+
+    # --- perception --------------------------------------------------------------------------------------
+    def _seen(self, world) -> list[Seen]:
+        st, c, a = world.state, world.c, world.c.actors
+        idx = np.flatnonzero(st.active)
+        idx = idx[idx > 0]
+        if not len(idx):
+            return []
+        near = np.hypot(st.x[idx] - st.x[0], st.y[idx] - st.y[0]) < 90.0
+        idx = idx[near]
+        lo = max(st.route_seg - 30, 0)
+        hi = min(st.route_seg + 110, len(c.route_xy) - 1)
+        pts, ss = c.route_xy[lo : hi + 1], c.route_s[lo : hi + 1]
+        out = []
+        for j in idx:
+            s, lat, k = geo.project(pts, ss, np.array([st.x[j], st.y[j]]))
+            if abs(lat) > 15.0 or (k == 0 and s <= ss[0]) or s >= ss[-1] - 0.01:
+                continue
+            seg_h = math.atan2(pts[k + 1, 1] - pts[k, 1], pts[k + 1, 0] - pts[k, 0])
+            v_along = float(st.speed[j] * math.cos(st.yaw[j] - seg_h))
+            static = a.kind[j] == STATIC or a.behaviour[j] == 4
+            out.append(Seen(int(j), a.ids[j], int(a.kind[j]), float(s), float(lat), v_along, float(st.speed[j]),
+                            float(a.length[j]), float(a.width[j]), bool(static)))  # fmt: skip
+        return out
+
+    @staticmethod
+    def _lane_width(world) -> float:
+        c = world.c
+        lane_idx, _ = c.paths.lane_at(np.array([c.route_path]), np.array([world.state.route_s]))
+        return float(c.road_map.lanes[c.lane_ids[lane_idx[0]]].width)
+
+    def _neighbours(self, world) -> dict[str, str | None]:
+        """Lanes beside the ego's current route lane: same-direction left / right, and oncoming."""
+        c = world.c
+        lane_idx, _ = c.paths.lane_at(np.array([c.route_path]), np.array([world.state.route_s]))
+        lane = c.road_map.lanes[c.lane_ids[lane_idx[0]]]
+        return {"left": lane.left, "right": lane.right, "opposite": lane.opposite, "junction": lane.junction}
+
+    # --- decisions -----------------------------------------------------------------------------------------
+    def plan(self, world) -> AgentOutput:
+        st, c = world.state, world.c
+        ego_len, ego_w = float(c.actors.length[0]), float(c.actors.width[0])
+        s_ego, v = float(st.route_s), float(st.speed[0])
+        seen = self._seen(world)
+        width = self._lane_width(world)
+        reasons: list[str] = []
+        self._lateral_decision(world, seen, s_ego, v, width, ego_len, ego_w, reasons)
+
+        # longitudinal constraints (gaps are bumper to bumper along the route)
+        corridor = ego_w / 2 + 0.5
+        lead_gap, lead_v, lead = math.inf, 0.0, None
+        for o in seen:
+            if o.kind == PEDESTRIAN or o.s <= s_ego:
+                continue
+            in_now = abs(o.lat - st.lateral) < corridor + o.width / 2 - (0.3 if o.id == self.blocker else 0.0)
+            in_target = abs(o.lat - self.offset) < corridor + o.width / 2
+            if not (in_now or in_target):
+                continue
+            gap = o.s - s_ego - (ego_len + o.length) / 2
+            if self.maneuver and o.id == self.blocker and not in_target:
+                # the car we are going around: only a constraint while we still overlap it, and then
+                # with a short gap so we creep past it while moving over
+                if not in_now:
+                    continue
+                gap += self.s0 - 1.0
+            elif o.static:
+                gap -= 5.0  # stop well back from a parked car: room to pull out around it
+            if gap < lead_gap:
+                lead_gap, lead_v, lead = gap, max(o.v_along, 0.0), o
+        ped_gap, ped = math.inf, None
+        for o in seen:
+            if o.kind != PEDESTRIAN or o.s < s_ego - 1.0:
+                continue
+            moving_in = o.speed > 0.2
+            near = abs(o.lat - self.offset) < corridor + (3.5 if moving_in else 0.8)
+            if near:
+                gap = o.s - s_ego - ego_len / 2 - 2.0
+                if gap < ped_gap:
+                    ped_gap, ped = gap, o
+        stop_gap, stop_reason = self._stop_line(world)
+        yield_gap, yield_reason = self._yield_point(world, seen, s_ego, v)
+        caution = self._caution(world, seen, s_ego)
+
+        cap = route_speed_cap(world)
+        s, vel = s_ego, v
+        ss, vs = [], []
+        g_lead, g_ped, g_stop, g_yield = lead_gap, ped_gap, stop_gap, yield_gap
+        for _ in range(PLAN_STEPS):
+            v0 = float(np.interp(s + vel * 0.5, c.route_s, cap))
+            if caution is not None:
+                v0 = min(v0, self.caution_speed)
+            acc = idm(vel, v0, math.inf, 0.0, 1.5, 2.5, self.T, self.s0)
+            if math.isfinite(g_lead):
+                acc = min(acc, idm(vel, v0, g_lead, lead_v, 1.5, 2.5, self.T, self.s0))
+            for g in (g_ped, g_stop, g_yield):
+                if math.isfinite(g):
+                    acc = min(acc, idm(vel, v0, max(g - 0.5, 0.05), 0.0, 1.5, 2.5, 0.6, 0.5))
+            acc = min(max(acc, -7.0), 1.5)
+            v_new = max(vel + acc * PLAN_DT, 0.0)
+            ds = 0.5 * (vel + v_new) * PLAN_DT
+            s += ds
+            g_lead += (lead_v - 0.5 * (vel + v_new)) * PLAN_DT
+            g_ped -= ds
+            g_stop -= ds
+            g_yield -= ds
+            vel = v_new
+            ss.append(s)
+            vs.append(vel)
+        ss = np.array(ss)
+        pts, hs = geo.interpolate(c.route_xy, c.route_s, ss)
+        to_blocker = math.inf
+        if self.maneuver is not None:  # reach the side offset by the blocker's rear, however close it is
+            b = next((o for o in seen if o.id == self.blocker), None)
+            if b is not None:
+                to_blocker = b.s - s_ego - (ego_len + b.length) / 2
+        lat = self._offset_profile(st.lateral, ss - s_ego, max(v, 3.0), to_blocker)
+        normals = np.stack([-np.sin(hs), np.cos(hs)], 1)
+        pts = pts + lat[:, None] * normals
+        if len(lat) > 1:  # heading follows the lateral motion too
+            hs = hs + np.arctan2(np.gradient(lat), np.maximum(np.gradient(ss), 1e-3))
+        traj = to_ego_frame(pts, hs, float(st.x[0]), float(st.y[0]), float(st.yaw[0]))
+
+        reasoning = self._reasoning(reasons, vs, v, lead, lead_gap, ped, ped_gap, stop_reason, stop_gap,
+                                    yield_reason, yield_gap, caution)  # fmt: skip
+        extras = {"offset": self.offset, "maneuver": self.maneuver, "lead_gap": lead_gap, "stop_gap": stop_gap,
+                  "yield_gap": yield_gap, "pedestrian_gap": ped_gap}  # fmt: skip
+        return AgentOutput(traj, reasoning, extras)
+
+    def _offset_profile(self, lateral_now: float, dist: np.ndarray, v: float, limit: float = math.inf) -> np.ndarray:
+        """Smooth (cosine) transition from the current lateral offset to the target over ~2.5 s, and
+        never over more than ``limit`` metres (the gap to the car being passed)."""
+        ramp = min(max(7.0, 2.5 * v), max(limit - 0.5, 2.5))
+        u = np.clip(dist / ramp, 0.0, 1.0)
+        w = 0.5 - 0.5 * np.cos(np.pi * u)
+        return lateral_now + (self.offset - lateral_now) * w
+
+    def _lateral_decision(self, world, seen, s_ego, v, width, ego_len, ego_w, reasons) -> None:
+        st = world.state
+        nb = self._neighbours(world)
+        corridor = ego_w / 2 + 0.5
+        in_lane = [o for o in seen if o.kind != PEDESTRIAN and o.s > s_ego and abs(o.lat) < corridor + o.width / 2]
+        blocker = min(in_lane, key=lambda o: o.s, default=None)
+        desired = world.ego_speed_limit()
+        if self.maneuver is not None:
+            b = next((o for o in seen if o.id == self.blocker), None)
+            passed = b is None or b.s + b.length / 2 < s_ego - ego_len / 2 - 2.0  # our rear is past its front
+            own_clear = not any(abs(o.lat) < corridor + o.width / 2 and s_ego - 4 < o.s < s_ego + 25
+                                for o in seen if o.kind != PEDESTRIAN)  # fmt: skip
+            if passed and own_clear:
+                reasons.append(f"Passed the {'parked car' if b is None or b.static else 'slow vehicle'}; "
+                               "return to my lane.")  # fmt: skip
+                self.maneuver, self.blocker, self.offset = None, None, 0.0
+            elif self.maneuver.startswith("nudge") and not self._oncoming_clear(seen, s_ego, v, blocker or b):
+                if abs(st.lateral) < 0.8:  # not committed yet: abort and wait behind
+                    self.maneuver, self.blocker, self.offset = None, None, 0.0
+            return
+        if blocker is None or nb["junction"] is not None:
+            return
+        gap = blocker.s - s_ego - (ego_len + blocker.length) / 2
+        slow = blocker.static or blocker.v_along < min(0.5 * desired, 6.0)
+        if not slow or gap > 45.0:
+            return
+        if nb["left"] is not None and self._lane_free(seen, s_ego, width, gap + 30.0):
+            self.maneuver, self.blocker, self.offset = "overtake_left", blocker.id, width
+            reasons.append(f"{'Parked car' if blocker.static else 'Slow vehicle'} ahead at {gap:.0f} m in my lane; "
+                           "the left lane is free, so change lanes to the left to pass it.")  # fmt: skip
+        elif nb["opposite"] is not None and blocker.static and self._oncoming_clear(seen, s_ego, v, blocker):
+            clear = blocker.lat + blocker.width / 2 + ego_w / 2 + 0.9
+            self.maneuver, self.blocker, self.offset = "nudge_left", blocker.id, min(max(clear, 1.5), width)
+            reasons.append(f"Parked car blocks my lane at {gap:.0f} m; the oncoming lane is clear, so nudge left "
+                           "around it.")  # fmt: skip
+
+    @staticmethod
+    def _lane_free(seen, s_ego, width, ahead) -> bool:
+        return not any(o.kind != PEDESTRIAN and abs(o.lat - width) < width / 2 + o.width / 2 and
+                       s_ego - 15.0 - max(o.v_along, 0) * 1.5 < o.s < s_ego + ahead for o in seen)  # fmt: skip
+
+    @staticmethod
+    def _oncoming_clear(seen, s_ego, v, blocker) -> bool:
+        """Oncoming traffic far enough for the pass (time to get past the blocker, both closing)."""
+        if blocker is None:
+            return True
+        span = blocker.s + blocker.length / 2 + 8.0 - s_ego
+        t_pass = span / max(v, 3.0) + 2.0
+        for o in seen:
+            if o.kind == PEDESTRIAN or o.v_along > -0.5 or o.s < s_ego:
+                continue
+            if o.s - s_ego < span + (-o.v_along) * t_pass + 10.0:
+                return False
+        return True
+
+    def _stop_line(self, world) -> tuple[float, str | None]:
+        st, c = world.state, world.c
+        front = st.route_s + c.actors.length[0] / 2
+        sig = world.signal_states()
+        for k, (s_line, sg) in enumerate(c.route_stops):
+            gap = s_line - front
+            if gap < -0.5:
+                continue
+            if sg >= 0:
+                state = sig[sg]
+                if state == RED or (state == YELLOW and st.speed[0] ** 2 / (2 * max(gap, 0.1)) < 4.0):
+                    return gap, "red" if state == RED else "yellow"
+            else:
+                if st.stop_done[k]:
+                    self._stopped_at.setdefault(k, st.t)
+                    if st.t - self._stopped_at[k] >= 1.0:
+                        continue
+                return gap, "stop_sign"
+        return math.inf, None
+
+    def _yield_point(self, world, seen, s_ego, v) -> tuple[float, str | None]:
+        """Stop before a junction connector whose path crosses traffic that has priority over us."""
+        c = world.c
+        lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
+        front = s_ego + c.actors.length[0] / 2
+        for k, (li, start) in enumerate(zip(lanes, starts)):
+            if li < 0 or start - front > 60.0:
+                break
+            lane = c.road_map.lanes[c.lane_ids[li]]
+            if lane.junction is None or start + lane.length < s_ego:
+                continue
+            if front > start + 1.0:
+                return math.inf, None  # already in the junction: commit
+            prev = c.road_map.lanes[c.lane_ids[lanes[k - 1]]] if k > 0 else None
+            turn = geo.wrap_angle(lane.heading[-1] - lane.heading[0])
+            stop_sign = prev is not None and any(
+                sl.lane == prev.id and sl.signal is None for sl in c.road_map.stop_lines
+            )
+            merge = lane.junction == "merge"
+            if not (turn > 0.5 or stop_sign or merge):
+                return math.inf, None
+            conflict = self._conflict(world, lane, start - front, v)
+            if conflict is not None:
+                why = "merge" if merge else "stop_sign" if stop_sign else "left_turn"
+                return max(start - front - 1.0, 0.0), f"{why}:{conflict}"
+            return math.inf, None
+        return math.inf, None
+
+    def _conflict(self, world, lane, dist, v) -> str | None:
+        """Id of a vehicle that would reach our junction path while we are on it, if any."""
+        st, c = world.state, world.c
+        a = c.actors
+        path = lane.centerline
+        v_cross = max(v, 4.0)
+        t_clear = (max(dist, 0.0) + lane.length + 6.0) / v_cross + (1.5 if v < 1.0 else 0.5)
+        taus = np.arange(0.0, t_clear + 0.01, 0.5)
+        for j in c.idx_path:
+            if not st.active[j] or st.speed[j] < 0.5:
+                continue
+            if np.hypot(st.x[j] - path[0, 0], st.y[j] - path[0, 1]) > 90.0:
+                continue
+            pid = np.full(len(taus), st.path_id[j])
+            px, py, _ = c.paths.pose(pid, st.s[j] + st.speed[j] * taus)
+            d = np.hypot(px[:, None] - path[None, :, 0], py[:, None] - path[None, :, 1]).min(1)
+            if (d < 3.0 + a.width[j] / 2).any():
+                return a.ids[j]
+        return None
+
+    def _caution(self, world, seen, s_ego) -> str | None:
+        """Slow down next to parked cars that could hide a pedestrian, and near crossing walkers."""
+        for o in seen:
+            if o.static and o.kind != PEDESTRIAN and 0 < o.s - s_ego < 30.0 and 1.5 < abs(o.lat - self.offset) < 6.0:
+                return "occlusion"
+            if o.kind == PEDESTRIAN and 0 < o.s - s_ego < 35.0 and abs(o.lat - self.offset) < 8.0:
+                return "pedestrian_near"
+        return None
+
+    # --- Chain-of-Causation text ---------------------------------------------------------------------------
+    @staticmethod
+    def _reasoning(reasons, vs, v, lead, lead_gap, ped, ped_gap, stop_reason, stop_gap, yield_reason, yield_gap,
+                   caution) -> str:  # fmt: skip
+        parts = list(reasons)
+        v_end = vs[min(19, len(vs) - 1)]
+        binding = min((g, n) for g, n in ((lead_gap, "lead"), (ped_gap, "ped"), (stop_gap, "stop"),
+                                           (yield_gap, "yield")))  # fmt: skip
+        if binding[1] == "ped" and math.isfinite(ped_gap) and ped_gap < 40:
+            parts.append(
+                f"Pedestrian crossing ahead at {max(ped_gap, 0):.0f} m, so slow down and stop to let them cross."
+            )
+        elif binding[1] == "stop" and math.isfinite(stop_gap) and stop_gap < 60:
+            what = {"red": "Red light", "yellow": "Yellow light", "stop_sign": "Stop sign"}[stop_reason]
+            parts.append(f"{what} ahead at {max(stop_gap, 0):.0f} m, so decelerate to stop at the stop line.")
+        elif binding[1] == "yield" and math.isfinite(yield_gap):
+            why, _ = yield_reason.split(":")
+            text = {"left_turn": "Oncoming traffic crosses my left turn", "stop_sign": "Cross traffic has priority "
+                    "after the stop sign", "merge": "Traffic in the lane I merge into"}[why]  # fmt: skip
+            parts.append(f"{text}, so slow down and yield before entering the junction.")
+        elif lead is not None and lead_gap < 40 and lead.static:
+            parts.append(f"Parked car blocks my lane {max(lead_gap, 0):.0f} m ahead and I cannot pass yet, so slow "
+                         "down and stop behind it.")  # fmt: skip
+        elif lead is not None and lead_gap < 40:
+            if v_end < v - 1.0:
+                parts.append(f"Lead vehicle {lead_gap:.0f} m ahead at {lead.v_along:.0f} m/s, so slow down to keep "
+                             "a safe gap.")  # fmt: skip
+            else:
+                parts.append(f"Lead vehicle {lead_gap:.0f} m ahead, so keep a safe following distance.")
+        elif caution == "occlusion":
+            parts.append("Parked cars beside my lane could hide a pedestrian, so slow down.")
+        elif v_end > v + 1.0:
+            parts.append("The road ahead is clear, so accelerate to the speed limit.")
+        elif v_end < v - 1.0:
+            parts.append("A curve or lower speed limit ahead, so decelerate.")
+        else:
+            parts.append("The road ahead is clear, so keep the current speed in my lane.")
+        return " ".join(parts)

@@ -1,0 +1,40 @@
+"""Agents by spec string: ``expert``, ``constant_velocity``, ``stop``, or ``my_pkg.agents:MyAgent``."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from agents.base import Agent
+from agents.baselines import ConstantVelocity, Stop
+from agents.expert import Expert
+
+BUILTIN: dict[str, Callable[[], Agent]] = {"expert": Expert, "constant_velocity": ConstantVelocity, "stop": Stop}
+
+
+class AgentSpecError(ValueError):
+    pass
+
+
+def load_agent(spec: str) -> Agent:
+    """Build an agent from its spec; a wrong spec raises ``AgentSpecError`` saying why."""
+    if spec in BUILTIN:
+        return BUILTIN[spec]()
+    if ":" not in spec:
+        raise AgentSpecError(f"unknown agent {spec!r}: use one of {sorted(BUILTIN)} or 'package.module:ClassName'")
+    module, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise AgentSpecError(f"agent {spec!r}: cannot import module {module!r}: {e}") from None
+    factory = getattr(mod, attr, None)
+    if factory is None:
+        raise AgentSpecError(f"agent {spec!r}: module {module!r} has no attribute {attr!r}")
+    try:
+        agent = factory()
+    except TypeError as e:
+        raise AgentSpecError(f"agent {spec!r}: cannot be built without arguments: {e}") from None
+    for method in ("reset", "act"):
+        if not callable(getattr(agent, method, None)):
+            raise AgentSpecError(f"agent {spec!r}: has no {method}() method (see agents.Agent)")
+    return agent
