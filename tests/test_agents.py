@@ -28,7 +28,8 @@ def run(env_id_kwargs, spec, scenario):
 def test_builtin_specs_and_plugins(tmp_path, monkeypatch):
     assert isinstance(load_agent("expert"), Expert)
     assert isinstance(load_agent("constant_velocity"), ConstantVelocity) and isinstance(load_agent("stop"), Stop)
-    (tmp_path / "my_agents.py").write_text(textwrap.dedent('''
+    (tmp_path / "my_agents.py").write_text(
+        textwrap.dedent("""
         import numpy as np
         from agents import AgentOutput, BaseAgent
 
@@ -43,7 +44,8 @@ def test_builtin_specs_and_plugins(tmp_path, monkeypatch):
 
         class NoAct:
             def reset(self, info): ...
-    '''))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     metrics, outs, _ = run({"scenario": "straight-000"}, "my_agents:Creep", "straight-000")
     assert outs[0].reasoning == "creep" and metrics["distance"] > 0

@@ -1,0 +1,220 @@
+"""The flow-matching action expert and its samplers (Euler ODE, and the Flow-GRPO SDE with log-probs).
+
+The expert is a small transformer of the backbone's family without token embeddings: 64 action
+tokens (one per waypoint) built from Fourier features of the noisy action and of the flow time,
+MLP -> LayerNorm -> hidden; non-causal self-attention among them plus attention to the backbone's
+per-layer key / value cache (prompt + reasoning); a linear head predicts the velocity field.
+
+Time convention (Alpamayo): t = 0 is noise, t = 1 is data; x_t = t x + (1 - t) eps, v = x - eps;
+training samples t from Beta(1.5, 1). For the SDE we switch to Flow-GRPO's s = 1 - t (1 = noise):
+sigma = a sqrt(s / (1 - s)); mean = x (1 + sigma^2 dt / (2 s)) + v_s (1 + sigma^2 (1 - s) / (2 s)) dt,
+std = sigma sqrt(-dt), with v_s = -v and dt = -1 / steps; every stochastic step is Gaussian, so
+its log-probability is exact and can be recomputed under new weights (``log_prob``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+Context = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values): [B, H_kv, T, D]
+
+
+@dataclass
+class ExpertConfig:
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 16
+    intermediate_size: int = 128
+    steps: int = 64  # action tokens
+    action_dim: int = 2
+    fourier_features: int = 16
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class FourierFeatures(nn.Module):
+    def __init__(self, n: int, max_freq: float = 64.0) -> None:
+        super().__init__()
+        self.register_buffer("freqs", torch.logspace(0, math.log10(max_freq), n) * math.pi, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = x.unsqueeze(-1) * self.freqs
+        return torch.cat([z.sin(), z.cos()], -1).flatten(-2)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+class ExpertLayer(nn.Module):
+    """Pre-norm attention (queries from action tokens, keys / values = backbone cache + own) + SwiGLU."""
+
+    def __init__(self, c: ExpertConfig) -> None:
+        super().__init__()
+        self.c = c
+        self.norm1, self.norm2 = RMSNorm(c.hidden_size), RMSNorm(c.hidden_size)
+        self.q = nn.Linear(c.hidden_size, c.num_heads * c.head_dim)
+        self.k = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim)
+        self.v = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim)
+        self.o = nn.Linear(c.num_heads * c.head_dim, c.hidden_size, bias=False)
+        self.gate = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, h: torch.Tensor, ctx: tuple[torch.Tensor, torch.Tensor] | None, ctx_mask: torch.Tensor | None):
+        c = self.c
+        B, N, _ = h.shape
+        x = self.norm1(h)
+        q = self.q(x).view(B, N, c.num_heads, c.head_dim).transpose(1, 2)
+        k = self.k(x).view(B, N, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        v = self.v(x).view(B, N, c.num_kv_heads, c.head_dim).transpose(1, 2)
+        mask = None
+        if ctx is not None:
+            ck, cv = ctx
+            k, v = torch.cat([ck.to(k.dtype), k], 2), torch.cat([cv.to(v.dtype), v], 2)
+            if ctx_mask is not None:
+                own = torch.ones(B, N, dtype=torch.bool, device=h.device)
+                mask = torch.cat([ctx_mask.bool(), own], 1)[:, None, None, :]
+        rep = c.num_heads // c.num_kv_heads
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # non-causal
+        h = h + self.o(att.transpose(1, 2).reshape(B, N, -1))
+        x = self.norm2(h)
+        return h + self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class ActionExpert(nn.Module):
+    def __init__(self, c: ExpertConfig) -> None:
+        super().__init__()
+        self.config = c
+        self.fourier = FourierFeatures(c.fourier_features)
+        n_in = (c.action_dim + 1) * 2 * c.fourier_features
+        self.embed = nn.Sequential(nn.Linear(n_in, c.hidden_size), nn.SiLU(), nn.Linear(c.hidden_size, c.hidden_size),
+                                   nn.LayerNorm(c.hidden_size))  # fmt: skip
+        self.position = nn.Parameter(torch.zeros(c.steps, c.hidden_size))
+        self.layers = nn.ModuleList(ExpertLayer(c) for _ in range(c.num_layers))
+        self.norm = RMSNorm(c.hidden_size)
+        self.head = nn.Linear(c.hidden_size, c.action_dim)
+        nn.init.normal_(self.position, std=0.02)
+
+    def forward(self, x_t: torch.Tensor, t: torch.Tensor, context: Context | None = None,
+                context_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """Velocity ``[B, 64, 2]`` at noisy actions ``x_t`` and flow time ``t`` ``[B]``."""
+        B, N, _ = x_t.shape
+        feats = torch.cat([x_t, t.view(B, 1, 1).expand(B, N, 1)], -1)
+        h = self.embed(self.fourier(feats)) + self.position[:N]
+        for i, layer in enumerate(self.layers):
+            ctx = context[i % len(context)] if context else None
+            h = layer(h, ctx, context_mask)
+        return self.head(self.norm(h))
+
+
+# --- training ----------------------------------------------------------------------------------------------
+def flow_matching_loss(expert: ActionExpert, x1: torch.Tensor, context: Context | None = None,
+                       context_mask: torch.Tensor | None = None, generator: torch.Generator | None = None
+                       ) -> torch.Tensor:  # fmt: skip
+    """MSE between predicted and target velocity (x - eps) at t ~ Beta(1.5, 1) (mapped to [0.001, 0.999])."""
+    B = x1.shape[0]
+    beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
+    if generator is None:
+        t = beta.sample((B,)).to(x1)
+    else:  # Beta by inverse CDF of a seeded uniform: Beta(1.5, 1) has CDF u^1.5
+        t = torch.rand(B, generator=generator, device=x1.device, dtype=x1.dtype) ** (1 / 1.5)
+    t = 0.001 + 0.998 * t
+    eps = torch.randn(x1.shape, generator=generator, device=x1.device, dtype=x1.dtype)
+    x_t = t.view(B, 1, 1) * x1 + (1 - t.view(B, 1, 1)) * eps
+    return F.mse_loss(expert(x_t, t, context, context_mask), x1 - eps)
+
+
+# --- sampling -------------------------------------------------------------------------------------------------
+@torch.no_grad()
+def sample_ode(expert: ActionExpert, batch: int, context: Context | None = None, context_mask=None, steps: int = 10,
+               generator: torch.Generator | None = None, device=None, dtype=torch.float32) -> torch.Tensor:  # fmt: skip
+    """Euler integration of the learned ODE from noise (t = 0) to actions (t = 1)."""
+    c = expert.config
+    x = torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
+    for i in range(steps):
+        t = torch.full((batch,), i / steps, device=x.device, dtype=dtype)
+        x = x + expert(x, t, context, context_mask) / steps
+    return x
+
+
+def _sde_step_params(x, v, i: int, steps: int, noise_level: float):
+    """Mean and std of the Flow-GRPO SDE step i (Alpamayo t = i / steps -> s = 1 - t)."""
+    dt = -1.0 / steps
+    s = 1.0 - i / steps
+    s_sigma = min(s, 1.0 - 1.0 / steps)  # s = 1 makes sigma infinite: use the next grid point there
+    sigma = noise_level * math.sqrt(s_sigma / (1 - s_sigma))
+    v_s = -v
+    mean = x * (1 + sigma**2 * dt / (2 * s)) + v_s * (1 + sigma**2 * (1 - s) / (2 * s)) * dt
+    return mean, sigma * math.sqrt(-dt)
+
+
+def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: float) -> torch.Tensor:
+    """Sum over all but the batch dimension of log N(x; mean, std^2)."""
+    z = (x - mean) / std
+    per = -0.5 * z * z - math.log(std) - 0.5 * math.log(2 * math.pi)
+    return per.flatten(1).sum(1)
+
+
+def sample_sde(expert: ActionExpert, batch: int, context: Context | None = None, context_mask=None, steps: int = 10,
+               noise_level: float = 0.5, stochastic: str = "one", generator: torch.Generator | None = None,
+               device=None, dtype=torch.float32):  # fmt: skip
+    """Sample with the ODE turned into an SDE on ``stochastic`` steps ("one" random step, or "all").
+
+    Returns (actions [B, 64, 2], chain [steps + 1, B, 64, 2], stochastic mask [steps] bool,
+    log-prob [B] summed over the stochastic steps).
+    """
+    if stochastic not in ("one", "all"):
+        raise ValueError(f"stochastic must be 'one' or 'all', got {stochastic!r}")
+    c = expert.config
+    x = torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
+    if stochastic == "all":
+        mask = torch.ones(steps, dtype=torch.bool)
+    else:
+        mask = torch.zeros(steps, dtype=torch.bool)
+        mask[int(torch.randint(steps, (1,), generator=generator))] = True
+    chain, logp = [x], torch.zeros(batch, device=x.device, dtype=dtype)
+    with torch.no_grad():
+        for i in range(steps):
+            t = torch.full((batch,), i / steps, device=x.device, dtype=dtype)
+            v = expert(x, t, context, context_mask)
+            if mask[i]:
+                mean, std = _sde_step_params(x, v, i, steps, noise_level)
+                noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=dtype)
+                x = mean + std * noise
+                logp = logp + gaussian_log_prob(x, mean, std)
+            else:
+                x = x + v / steps
+            chain.append(x)
+    return x, torch.stack(chain), mask, logp
+
+
+def log_prob(expert: ActionExpert, chain: torch.Tensor, mask: torch.Tensor, context: Context | None = None,
+             context_mask=None, noise_level: float = 0.5) -> torch.Tensor:  # fmt: skip
+    """Log-probability [B] of a stored denoising chain under the expert's current weights (with grad)."""
+    steps = chain.shape[0] - 1
+    batch = chain.shape[1]
+    logp = torch.zeros(batch, device=chain.device, dtype=chain.dtype)
+    for i in range(steps):
+        if not mask[i]:
+            continue
+        x = chain[i]
+        t = torch.full((batch,), i / steps, device=x.device, dtype=x.dtype)
+        mean, std = _sde_step_params(x, expert(x, t, context, context_mask), i, steps, noise_level)
+        logp = logp + gaussian_log_prob(chain[i + 1], mean, std)
+    return logp
