@@ -1,4 +1,5 @@
-"""Agents by spec string: ``expert``, ``constant_velocity``, ``stop``, or ``my_pkg.agents:MyAgent``."""
+"""Agents by spec string: ``expert``, ``constant_velocity``, ``stop``, ``vla:PATH`` (a saved VLA;
+``vla:PATH?reasoning=0`` for trajectory only), or ``my_pkg.agents:MyAgent``."""
 
 from __future__ import annotations
 
@@ -20,6 +21,15 @@ def load_agent(spec: str) -> Agent:
     """Build an agent from its spec; a wrong spec raises ``AgentSpecError`` saying why."""
     if spec in BUILTIN:
         return BUILTIN[spec]()
+    if spec.startswith("vla:"):
+        from pathlib import Path
+
+        from agents.vla.agent import VLAAgent
+
+        path, _, query = spec[4:].partition("?")
+        if not (Path(path) / "vla_config.json").exists():
+            raise AgentSpecError(f"agent {spec!r}: {path} is not a saved VLA (no vla_config.json)")
+        return VLAAgent(path, reasoning=query != "reasoning=0")
     if ":" not in spec:
         raise AgentSpecError(f"unknown agent {spec!r}: use one of {sorted(BUILTIN)} or 'package.module:ClassName'")
     module, _, attr = spec.partition(":")

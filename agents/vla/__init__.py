@@ -1,6 +1,5 @@
-"""The Alpamayo-style VLA, built up from its parts: the unicycle action space and the flow-matching
-action expert (with Euler ODE and Flow-GRPO SDE sampling). The transformers backbone, prompt and
-tokenizer that feed the expert its context come next (issue 4)."""
+"""The Alpamayo-style VLA: a transformers VLM backbone (Qwen2.5-VL or Qwen3-VL) writing Chain-of-Causation
+reasoning, and a flow-matching action expert attending to its KV cache, in the unicycle action space."""
 
 from agents.vla.action_space import denormalise, from_trajectory, initial_speed, integrate, normalise
 from agents.vla.flow import (
@@ -12,10 +11,13 @@ from agents.vla.flow import (
     sample_ode,
     sample_sde,
 )
+from agents.vla.model import VLA, VLAConfig
 
 __all__ = [
+    "VLA",
     "ActionExpert",
     "ExpertConfig",
+    "VLAConfig",
     "denormalise",
     "flow_matching_loss",
     "from_trajectory",

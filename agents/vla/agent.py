@@ -1,0 +1,31 @@
+"""``vla:PATH``: a saved VLA as an agent (reasoning on by default, ``vla:PATH?reasoning=0`` to skip)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agents.base import AgentOutput, BaseAgent
+
+
+class VLAAgent(BaseAgent):
+    name = "vla"
+
+    def __init__(self, path: str, reasoning: bool = True, device: str | None = None, seed: int = 0) -> None:
+        from agents.vla.model import VLA
+
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = VLA.from_pretrained(path, device)
+        self.reasoning, self.seed = reasoning, seed
+
+    def reset(self, episode_info: dict[str, Any]) -> None:
+        super().reset(episode_info)
+        self.generator = torch.Generator(device=self.model.device).manual_seed(self.seed)
+
+    def act(self, observation: dict[str, Any]) -> AgentOutput:
+        return self.act_batch([observation])[0]
+
+    def act_batch(self, observations: list[dict[str, Any]]) -> list[AgentOutput]:
+        outs = self.model.act_batch(observations, self.reasoning, self.generator)
+        return [AgentOutput(o["trajectory"], o["reasoning"]) for o in outs]

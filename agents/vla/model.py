@@ -1,0 +1,262 @@
+"""The Alpamayo-style VLA: a transformers VLM that writes its Chain-of-Causation, and a flow-matching
+action expert that attends to the VLM's key / value cache (prompt + reasoning) to produce the plan.
+
+Inputs (REFERENCE.md section 1): the rig's frames camera-major (4 cameras x 4 frames = 16 images),
+48 ego-history delta tokens, an optional route-command token, and the Alpamayo prompt; the assistant
+turn is prefilled with the reasoning-start token. Output: reasoning text (greedy, KV-cached), then
+64 (acceleration, curvature) actions from the expert, integrated to ego-frame (x, y, yaw).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.nn import functional as F
+from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessorPil
+
+from agents.vla import action_space
+from agents.vla.flow import ActionExpert, ExpertConfig, flow_matching_loss, log_prob, sample_ode, sample_sde
+from agents.vla.tokenizer import COMMANDS, COT_END, COT_START, build_tokenizer, history_tokens
+
+SYSTEM = "You are a driving assistant."
+INSTRUCTION = "output the chain-of-thought reasoning of the driving process, then output the future trajectory"
+PRESETS = {
+    # text: hidden, layers, heads, kv heads, intermediate; vision: depth, hidden
+    "tiny": dict(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=256, vision_depth=2, vision_hidden=64),
+    "small": dict(hidden=640, layers=12, heads=10, kv_heads=2, intermediate=1792, vision_depth=6, vision_hidden=384),
+}
+
+
+@dataclass
+class VLAConfig:
+    backbone: str = "qwen2_5_vl"  # or "qwen3_vl"
+    size: str = "tiny"
+    image_size: tuple[int, int] = (56, 112)  # (H, W) of each image fed to the VLM, multiples of 28
+    max_reasoning_tokens: int = 40
+    flow_steps: int = 10
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.backbone not in ("qwen2_5_vl", "qwen3_vl"):
+            raise ValueError(f"unknown VLA backbone {self.backbone!r}: use 'qwen2_5_vl' or 'qwen3_vl'")
+        if self.size not in PRESETS:
+            raise ValueError(f"unknown VLA size {self.size!r}: use one of {sorted(PRESETS)}")
+        h, w = self.image_size
+        if h % 28 or w % 28:
+            raise ValueError(f"image_size {self.image_size} must be multiples of 28 (patch 14 x merge 2)")
+
+
+def _backbone(cfg: VLAConfig, tok: PreTrainedTokenizerFast) -> nn.Module:
+    p = PRESETS[cfg.size]
+    ids = {name: tok.convert_tokens_to_ids(t) for name, t in (("image_token_id", "<|image_pad|>"),
+           ("video_token_id", "<|video_pad|>"), ("vision_start_token_id", "<|vision_start|>"),
+           ("vision_end_token_id", "<|vision_end|>"))}  # fmt: skip
+    text = dict(vocab_size=len(tok), hidden_size=p["hidden"], intermediate_size=p["intermediate"],
+                num_hidden_layers=p["layers"], num_attention_heads=p["heads"], num_key_value_heads=p["kv_heads"],
+                max_position_embeddings=4096, bos_token_id=None, eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id, tie_word_embeddings=True)  # fmt: skip
+    head_dim = p["hidden"] // p["heads"]
+    if cfg.backbone == "qwen2_5_vl":
+        from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+        sec = head_dim // 2
+        text["rope_scaling"] = {"type": "mrope", "mrope_section": [sec // 4, (sec - sec // 4) // 2,
+                                                                   sec - sec // 4 - (sec - sec // 4) // 2]}  # fmt: skip
+        vision = dict(depth=p["vision_depth"], hidden_size=p["vision_hidden"], intermediate_size=2 * p["vision_hidden"],
+                      num_heads=max(1, p["vision_hidden"] // 32), out_hidden_size=p["hidden"], patch_size=14,
+                      spatial_merge_size=2, temporal_patch_size=2, window_size=56,
+                      fullatt_block_indexes=[p["vision_depth"] - 1])  # fmt: skip
+        return Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids))
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    text["head_dim"] = head_dim
+    sec = head_dim // 2
+    text["rope_scaling"] = {"rope_type": "default", "mrope_section": [sec // 4, (sec - sec // 4) // 2,
+                                                                      sec - sec // 4 - (sec - sec // 4) // 2],
+                            "mrope_interleaved": True}  # fmt: skip
+    vision = dict(depth=p["vision_depth"], hidden_size=p["vision_hidden"], intermediate_size=2 * p["vision_hidden"],
+                  num_heads=max(1, p["vision_hidden"] // 32), out_hidden_size=p["hidden"], patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, deepstack_visual_indexes=[])  # fmt: skip
+    return Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision, **ids))
+
+
+class VLA(nn.Module):
+    def __init__(self, config: VLAConfig, tokenizer: PreTrainedTokenizerFast | None = None) -> None:
+        super().__init__()
+        torch.manual_seed(config.seed)
+        self.config = config
+        self.tokenizer = tokenizer or build_tokenizer()
+        self.tokenizer.padding_side = "left"
+        self.backbone = _backbone(config, self.tokenizer)
+        tc = self.backbone.config.text_config
+        head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
+        self.expert = ActionExpert(ExpertConfig(
+            hidden_size=tc.hidden_size, num_layers=tc.num_hidden_layers, num_heads=tc.num_attention_heads,
+            num_kv_heads=tc.num_key_value_heads, head_dim=head_dim, intermediate_size=tc.intermediate_size,
+        ))  # fmt: skip
+        h, w = config.image_size
+        self.images = Qwen2VLImageProcessorPil(min_pixels=h * w, max_pixels=h * w, patch_size=14, merge_size=2,
+                                               temporal_patch_size=2)  # fmt: skip
+        self.cot_end = self.tokenizer.convert_tokens_to_ids(COT_END)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    # --- inputs --------------------------------------------------------------------------------------------
+    def _prompt(self, obs: dict[str, Any], n_images: int, tokens_per_image: int) -> str:
+        vision = ("<|vision_start|>" + "<|image_pad|>" * tokens_per_image + "<|vision_end|>") * n_images
+        hist = "".join(history_tokens(obs["ego_history"])) if "ego_history" in obs else ""
+        cmd = COMMANDS[int(obs["command"])] if "command" in obs else ""
+        return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{vision}{hist}{cmd} {INSTRUCTION}"
+                f"<|im_end|>\n<|im_start|>assistant\n{COT_START}")  # fmt: skip
+
+    def prepare(self, observations: list[dict[str, Any]], reasoning: list[str] | None = None) -> dict[str, Any]:
+        """Tokens, pixels and (for training) labels of a batch of observations."""
+        h, w = self.config.image_size
+        images = []
+        for obs in observations:
+            cams = np.asarray(obs["cameras"])  # [n_cams, n_frames, H, W, 3], camera-major order
+            images += [cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in cams.reshape(-1, *cams.shape[-3:])]
+        n_images = len(images) // len(observations)
+        pix = self.images(images=images, return_tensors="pt")
+        per_image = (h // 28) * (w // 28)
+        prompts = [self._prompt(o, n_images, per_image) for o in observations]
+        if reasoning is not None:  # teacher forcing: prompt + reasoning + end of reasoning
+            texts = [p + r + COT_END for p, r in zip(prompts, reasoning)]
+            enc = self.tokenizer(texts, return_tensors="pt", padding=True)
+            plen = [len(self.tokenizer(p)["input_ids"]) for p in prompts]
+            labels = enc["input_ids"].clone()
+            labels[enc["attention_mask"] == 0] = -100
+            for i, n in enumerate(plen):
+                pad = int((enc["attention_mask"][i] == 0).sum())
+                labels[i, : pad + n] = -100
+            enc["labels"] = labels
+        else:
+            enc = self.tokenizer(prompts, return_tensors="pt", padding=True)
+        enc["mm_token_type_ids"] = (enc["input_ids"] == self.backbone.config.image_token_id).long()
+        enc["pixel_values"], enc["image_grid_thw"] = pix["pixel_values"], pix["image_grid_thw"]
+        v0 = [float(action_space.initial_speed(torch.as_tensor(o["ego_history"], dtype=torch.float32)[None])[0])
+              if "ego_history" in o else 0.0 for o in observations]  # fmt: skip
+        enc["v0"] = torch.tensor(v0)
+        return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in enc.items()}
+
+    def _vlm_inputs(self, batch: dict[str, Any]) -> dict[str, Any]:
+        keys = ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids")
+        return {k: batch[k] for k in keys}
+
+    # --- inference --------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def reason(self, batch: dict[str, Any], max_new_tokens: int | None = None):
+        """Greedy Chain-of-Causation with the KV cache; returns texts, the cache as expert context, its mask."""
+        n = max_new_tokens or self.config.max_reasoning_tokens
+        stop = [self.cot_end, self.tokenizer.eos_token_id]
+        pad = self.tokenizer.pad_token_id
+        out = self.backbone.generate(**self._vlm_inputs(batch), max_new_tokens=n, do_sample=False, eos_token_id=stop,
+                                     pad_token_id=pad, return_dict_in_generate=True)  # fmt: skip
+        prompt_len = batch["input_ids"].shape[1]
+        gen = out.sequences[:, prompt_len:]
+        texts, keep = [], []
+        for row in gen.tolist():
+            ends = [i for i, t in enumerate(row) if t in (self.cot_end, self.tokenizer.eos_token_id)]
+            stop = ends[0] if ends else len(row)
+            texts.append(self.tokenizer.decode(row[:stop], skip_special_tokens=True).strip())
+            keep.append([1] * min(stop + 1, len(row)) + [0] * (len(row) - min(stop + 1, len(row))))
+        cache = out.past_key_values
+        cached = cache.layers[0].keys.shape[2]
+        mask = torch.cat([batch["attention_mask"], torch.tensor(keep, device=self.device)], 1)[:, :cached]
+        return texts, [(layer.keys, layer.values) for layer in cache.layers], mask
+
+    def encode(self, batch: dict[str, Any], grad: bool = False):
+        """Prompt only (no reasoning): the cache as expert context, and its mask."""
+        with torch.set_grad_enabled(grad):
+            out = self.backbone(**self._vlm_inputs(batch), use_cache=True)
+        return [(layer.keys, layer.values) for layer in out.past_key_values.layers], batch["attention_mask"]
+
+    def actions_to_trajectory(self, u: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
+        return action_space.integrate(action_space.denormalise(u.float()), v0.float())
+
+    @torch.no_grad()
+    def act_batch(self, observations: list[dict[str, Any]], reasoning: bool = True,
+                  generator: torch.Generator | None = None) -> list[dict[str, Any]]:  # fmt: skip
+        batch = self.prepare(observations)
+        texts = [None] * len(observations)
+        if reasoning:
+            texts, ctx, mask = self.reason(batch)
+        else:
+            ctx, mask = self.encode(batch)
+        u = sample_ode(self.expert, len(observations), ctx, mask, self.config.flow_steps, generator, self.device)
+        traj = self.actions_to_trajectory(u, batch["v0"]).cpu().numpy().astype(np.float32)
+        return [{"trajectory": traj[i], "reasoning": texts[i]} for i in range(len(observations))]
+
+    # --- RL hooks ------------------------------------------------------------------------------------------------
+    def sample_with_log_prob(self, observations, noise_level: float = 0.5, stochastic: str = "one",
+                             generator: torch.Generator | None = None):  # fmt: skip
+        """Flow-SDE sampling: trajectories, the denoising chain, its stochastic-step mask and log-probs."""
+        batch = self.prepare(observations)
+        with torch.no_grad():
+            ctx, mask = self.encode(batch)
+        u, chain, smask, logp = sample_sde(self.expert, len(observations), ctx, mask, self.config.flow_steps,
+                                           noise_level, stochastic, generator, self.device)  # fmt: skip
+        return self.actions_to_trajectory(u, batch["v0"]), chain, smask, logp
+
+    def chain_log_prob(self, observations, chain, smask, noise_level: float = 0.5, train_vlm: bool = False):
+        batch = self.prepare(observations)
+        ctx, mask = self.encode(batch, grad=train_vlm)
+        return log_prob(self.expert, chain, smask, ctx, mask, noise_level)
+
+    def reasoning_log_prob(self, observations, reasoning: list[str]) -> torch.Tensor:
+        """Sum of token log-probs of the given reasoning texts (with grad), per sample."""
+        batch = self.prepare(observations, reasoning)
+        logits = self.backbone(**self._vlm_inputs(batch)).logits[:, :-1]
+        labels = batch["labels"][:, 1:]
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+        return (lp * (labels != -100)).sum(1)
+
+    # --- training ----------------------------------------------------------------------------------------------
+    def losses(self, observations, reasoning: list[str], trajectories: torch.Tensor,
+               generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
+        """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing)."""
+        batch = self.prepare(observations, reasoning)
+        out = self.backbone(**self._vlm_inputs(batch), use_cache=True)
+        logits, labels = out.logits[:, :-1], batch["labels"][:, 1:]
+        text = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
+        ctx = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        target = action_space.normalise(action_space.from_trajectory(trajectories.float(), batch["v0"].float()))
+        flow = flow_matching_loss(self.expert, target.to(self.device), ctx, batch["attention_mask"], generator)
+        return {"text": text, "flow": flow}
+
+    # --- persistence -------------------------------------------------------------------------------------------
+    def save_pretrained(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.backbone.save_pretrained(path / "backbone")  # safetensors
+        self.tokenizer.save_pretrained(path / "tokenizer")
+        save_file({k: v.contiguous() for k, v in self.expert.state_dict().items()}, path / "action_expert.safetensors")
+        cfg = asdict(self.config) | {"image_size": list(self.config.image_size)}
+        (path / "vla_config.json").write_text(
+            json.dumps({"vla": cfg, "expert": self.expert.config.to_dict()}, indent=1)
+        )
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str = "cpu") -> VLA:
+        path = Path(path)
+        cfg_file = path / "vla_config.json"
+        if not cfg_file.exists():
+            raise FileNotFoundError(f"{path} is not a saved VLA (no vla_config.json)")
+        raw = json.loads(cfg_file.read_text())
+        cfg = VLAConfig(**(raw["vla"] | {"image_size": tuple(raw["vla"]["image_size"])}))
+        tok = PreTrainedTokenizerFast.from_pretrained(path / "tokenizer", local_files_only=True)
+        model = cls(cfg, tok)
+        model.backbone = type(model.backbone).from_pretrained(path / "backbone", local_files_only=True)
+        model.expert.load_state_dict(load_file(path / "action_expert.safetensors"))
+        return model.to(device).eval()

@@ -1,0 +1,87 @@
+"""The tiny VLA end to end: inference, determinism, save / load, overfitting, RL hooks, as an agent."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agents import load_agent
+from agents.vla.model import VLA, VLAConfig
+
+
+@pytest.fixture(scope="module")
+def observations():
+    env = gym.make("LoopDrive-v0", bank="smoke", camera_size=(56, 112))
+    out = []
+    for sid in ("signalized_intersection-000", "curve-000"):
+        obs, _ = env.reset(seed=0, options={"scenario": sid})
+        out.append(obs)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model():
+    return VLA(VLAConfig()).eval()
+
+
+def test_inference_shapes_and_determinism(model, observations):
+    a = model.act_batch(observations, reasoning=True, generator=torch.Generator().manual_seed(0))
+    b = model.act_batch(observations, reasoning=True, generator=torch.Generator().manual_seed(0))
+    assert len(a) == 2 and a[0]["trajectory"].shape == (64, 3) and a[0]["trajectory"].dtype == np.float32
+    assert isinstance(a[0]["reasoning"], str)
+    for x, y in zip(a, b):
+        assert np.array_equal(x["trajectory"], y["trajectory"]) and x["reasoning"] == y["reasoning"]
+    traj_only = model.act_batch(observations[:1], reasoning=False, generator=torch.Generator().manual_seed(0))
+    assert traj_only[0]["reasoning"] is None and np.isfinite(traj_only[0]["trajectory"]).all()
+
+
+def test_save_load_round_trip_gives_identical_outputs(model, observations, tmp_path):
+    model.save_pretrained(tmp_path / "vla")
+    files = {p.name for p in (tmp_path / "vla").rglob("*")}
+    assert {"action_expert.safetensors", "model.safetensors", "vla_config.json", "tokenizer.json"} <= files
+    assert not any(f.endswith((".bin", ".pt", ".pkl")) for f in files)
+    again = VLA.from_pretrained(tmp_path / "vla")
+    g = lambda: torch.Generator().manual_seed(4)  # noqa: E731
+    a = model.act_batch(observations, generator=g())
+    b = again.act_batch(observations, generator=g())
+    for x, y in zip(a, b):
+        assert np.array_equal(x["trajectory"], y["trajectory"]) and x["reasoning"] == y["reasoning"]
+    agent = load_agent(f"vla:{tmp_path / 'vla'}")
+    agent.reset({})
+    out = agent.act(observations[0])
+    assert out.trajectory.shape == (64, 3)
+    with pytest.raises(ValueError, match="not a saved VLA"):
+        load_agent(f"vla:{tmp_path}")
+
+
+def test_flow_sde_hooks_ratio_is_one(model, observations):
+    traj, chain, mask, logp = model.sample_with_log_prob(observations, generator=torch.Generator().manual_seed(1))
+    assert traj.shape == (2, 64, 3) and chain.shape[0] == model.config.flow_steps + 1
+    again = model.chain_log_prob(observations, chain, mask)
+    assert torch.allclose(torch.exp(again - logp), torch.ones(2), atol=1e-5)
+    lp = model.reasoning_log_prob(observations, ["Red light ahead, so stop.", "A curve ahead, so slow down."])
+    assert lp.shape == (2,) and (lp < 0).all()
+
+
+def test_overfitting_eight_samples_drives_text_and_flow_losses_down():
+    torch.manual_seed(0)
+    model = VLA(VLAConfig())
+    env = gym.make("LoopDrive-v0", bank="smoke", rig="front_only", n_frames=1, camera_size=(56, 112))
+    obs = [env.reset(seed=0, options={"scenario": sid})[0] for sid in ("curve-000", "lead_brake-000") * 4]
+    texts = ["Red light ahead, so stop.", "A curve ahead, so slow down."] * 4
+    t = np.arange(1, 65) * 0.1
+    trajs = torch.tensor(np.stack([np.stack([8 * t - 0.5 * t**2 * (i % 2), 0.02 * (i % 3) * t**2, 0.01 * i * t], 1)
+                                   for i in range(8)]), dtype=torch.float32)  # fmt: skip
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    first = {k: v.item() for k, v in model.losses(obs, texts, trajs, g).items()}
+    for _ in range(150):
+        loss = model.losses(obs, texts, trajs, g)
+        opt.zero_grad()
+        (loss["text"] + loss["flow"]).backward()
+        opt.step()
+    with torch.no_grad():  # flow losses are noisy (random t and noise): average a few draws
+        draws = [model.losses(obs, texts, trajs, g) for _ in range(4)]
+    last = {k: sum(d[k].item() for d in draws) / len(draws) for k in ("text", "flow")}
+    assert last["text"] < 0.05 * first["text"]
+    assert last["flow"] < 0.3 * first["flow"]
