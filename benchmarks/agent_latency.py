@@ -1,0 +1,99 @@
+"""Per-decision latency of the VLA, broken down: vision + prompt, reasoning generation, flow sampling.
+
+    python benchmarks/agent_latency.py [--size tiny] [--device cpu|cuda] [--repeats 10]
+
+Runs the default 4-camera x 4-frame observation at batch 1 and 8. On CPU the process uses one core
+(threads pinned to 1) unless --threads says otherwise. Prints the benchmark JSON.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import json
+import time
+
+import gymnasium as gym
+import torch
+
+from benchmarks.machine import machine_info, pin_to_one_core
+
+
+def timed(fn, device, repeats):
+    out, best = None, float("inf")
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return out, best * 1000.0
+
+
+def measure(model, observations, args, dtype) -> list[dict]:
+    """Best-of-N times (ms) of each stage for one batch of observations."""
+    from agents.vla.flow import sample_ode
+
+    batch = len(observations)
+    data, t_prep = timed(lambda: model.prepare(observations), args.device, args.repeats)
+    if dtype != torch.float32:
+        data["pixel_values"] = data["pixel_values"].to(dtype)
+    with torch.no_grad():
+        (ctx, mask), t_encode = timed(lambda: model.encode(data), args.device, args.repeats)
+        _, t_reason = timed(lambda: model.reason(data, args.reasoning_tokens), args.device, max(2, args.repeats // 3))
+        steps = model.config.flow_steps
+        _, t_flow = timed(lambda: sample_ode(model.expert, batch, ctx, mask, steps, device=args.device, dtype=dtype),
+                          args.device, args.repeats)  # fmt: skip
+    pre = f"{args.size}_b{batch}"
+    return [
+        {"name": f"{pre}_vision_prompt_ms", "value": round(t_prep + t_encode, 2), "unit": "ms"},
+        {"name": f"{pre}_reasoning_ms", "value": round(t_prep + t_reason, 2), "unit": "ms"},
+        {"name": f"{pre}_flow_sampling_ms", "value": round(t_flow, 2), "unit": "ms"},
+        {"name": f"{pre}_decision_with_reasoning_ms", "value": round(t_prep + t_reason + t_flow, 2), "unit": "ms"},
+        {"name": f"{pre}_decision_trajectory_only_ms", "value": round(t_prep + t_encode + t_flow, 2), "unit": "ms"},
+    ]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", default="tiny", choices=["tiny", "small"])
+    p.add_argument("--backbone", default="qwen2_5_vl", choices=["qwen2_5_vl", "qwen3_vl"])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--reasoning-tokens", type=int, default=32)
+    args = p.parse_args()
+    pinned = None
+    if args.device == "cpu" and args.threads == 1:
+        pinned = pin_to_one_core()
+    torch.set_num_threads(args.threads)
+    import envs  # noqa: F401
+    from agents.vla.model import VLA, VLAConfig
+
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    model = VLA(VLAConfig(backbone=args.backbone, size=args.size, max_reasoning_tokens=args.reasoning_tokens))
+    model = model.to(args.device, dtype).eval()
+    env = gym.make("LoopDrive-v0", scenario="signalized_intersection-000")
+    obs, _ = env.reset(seed=0)
+    results = []
+    for batch in (1, 8):
+        results += measure(model, [obs] * batch, args, dtype)
+    params = sum(p.numel() for p in model.parameters())
+    print(json.dumps({
+        "benchmark": "agent_latency",
+        "machine": machine_info() | {"pinned_core": pinned, "torch_threads": args.threads},
+        "config": {"size": args.size, "backbone": args.backbone, "device": args.device, "dtype": str(dtype),
+                   "parameters_m": round(params / 1e6, 2), "images": 16, "reasoning_tokens": args.reasoning_tokens,
+                   "flow_steps": model.config.flow_steps, "best_of": args.repeats},
+        "results": results,
+    }, indent=1))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
