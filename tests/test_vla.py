@@ -85,3 +85,16 @@ def test_overfitting_eight_samples_drives_text_and_flow_losses_down():
     last = {k: sum(d[k].item() for d in draws) / len(draws) for k in ("text", "flow")}
     assert last["text"] < 0.05 * first["text"]
     assert last["flow"] < 0.3 * first["flow"]
+
+
+def test_patchify_matches_the_qwen_image_processor():
+    from transformers import Qwen2VLImageProcessorPil
+
+    from agents.vla.model import patchify
+
+    proc = Qwen2VLImageProcessorPil(min_pixels=56 * 112, max_pixels=56 * 112, patch_size=14, merge_size=2,
+                                    temporal_patch_size=2)  # fmt: skip
+    imgs = np.random.default_rng(0).integers(0, 255, (3, 56, 112, 3), dtype=np.uint8)
+    ref = proc(images=list(imgs), return_tensors="pt")["pixel_values"].numpy()
+    mine = patchify(imgs, np.asarray(proc.image_mean, np.float32), np.asarray(proc.image_std, np.float32))
+    assert mine.shape == ref.shape and np.abs(mine - ref).max() < 1e-5

@@ -36,6 +36,11 @@ class ExpertConfig:
     action_dim: int = 2
     fourier_features: int = 16
 
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"expert num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
+                             f"({self.num_kv_heads})")  # fmt: skip
+
     def to_dict(self) -> dict:
         return asdict(self)
 

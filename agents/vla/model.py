@@ -31,7 +31,7 @@ INSTRUCTION = "output the chain-of-thought reasoning of the driving process, the
 PRESETS = {
     # text: hidden, layers, heads, kv heads, intermediate; vision: depth, hidden
     "tiny": dict(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=256, vision_depth=2, vision_hidden=64),
-    "small": dict(hidden=640, layers=12, heads=10, kv_heads=2, intermediate=1792, vision_depth=6, vision_hidden=384),
+    "small": dict(hidden=768, layers=12, heads=12, kv_heads=4, intermediate=2048, vision_depth=6, vision_hidden=384),
 }
 
 
@@ -89,6 +89,19 @@ def _backbone(cfg: VLAConfig, tok: PreTrainedTokenizerFast) -> nn.Module:
     return Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision, **ids))
 
 
+def patchify(images: np.ndarray, mean: np.ndarray, std: np.ndarray, patch: int = 14, merge: int = 2,
+             temporal: int = 2) -> np.ndarray:  # fmt: skip
+    """Qwen-VL pixel patches from ``[N, H, W, 3]`` uint8 images, in the layout its image processor
+    produces (normalise, repeat over the temporal patch, group 2 x 2 merge blocks), vectorised."""
+    x = (images.astype(np.float32) / 255.0 - mean) / std
+    n, h, w, c = x.shape
+    gh, gw = h // patch, w // patch
+    x = np.repeat(x.transpose(0, 3, 1, 2)[:, None], temporal, 1)  # [N, T, C, H, W]
+    x = x.reshape(n, temporal, c, gh // merge, merge, patch, gw // merge, merge, patch)
+    x = x.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    return np.ascontiguousarray(x.reshape(n * gh * gw, c * temporal * patch * patch))
+
+
 class VLA(nn.Module):
     def __init__(self, config: VLAConfig, tokenizer: PreTrainedTokenizerFast | None = None) -> None:
         super().__init__()
@@ -99,13 +112,17 @@ class VLA(nn.Module):
         self.backbone = _backbone(config, self.tokenizer)
         tc = self.backbone.config.text_config
         head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
+        # the expert shares the backbone's layer count, kv heads and head size (it reads its cache) but is
+        # narrower: half the query heads (as Alpamayo's 2.3B expert beside an 8.2B backbone)
+        kv = tc.num_key_value_heads
+        heads = max(kv, (tc.num_attention_heads // 2) // kv * kv)  # a multiple of the kv heads
         self.expert = ActionExpert(ExpertConfig(
-            hidden_size=tc.hidden_size, num_layers=tc.num_hidden_layers, num_heads=tc.num_attention_heads,
-            num_kv_heads=tc.num_key_value_heads, head_dim=head_dim, intermediate_size=tc.intermediate_size,
+            hidden_size=heads * head_dim, num_layers=tc.num_hidden_layers, num_heads=heads,
+            num_kv_heads=tc.num_key_value_heads, head_dim=head_dim, intermediate_size=2 * heads * head_dim,
         ))  # fmt: skip
-        h, w = config.image_size
-        self.images = Qwen2VLImageProcessorPil(min_pixels=h * w, max_pixels=h * w, patch_size=14, merge_size=2,
-                                               temporal_patch_size=2)  # fmt: skip
+        proc = Qwen2VLImageProcessorPil()  # only its normalisation constants: patchify is vectorised below
+        self.pixel_mean = np.asarray(proc.image_mean, np.float32)
+        self.pixel_std = np.asarray(proc.image_std, np.float32)
         self.cot_end = self.tokenizer.convert_tokens_to_ids(COT_END)
 
     @property
@@ -128,7 +145,6 @@ class VLA(nn.Module):
             cams = np.asarray(obs["cameras"])  # [n_cams, n_frames, H, W, 3], camera-major order
             images += [cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in cams.reshape(-1, *cams.shape[-3:])]
         n_images = len(images) // len(observations)
-        pix = self.images(images=images, return_tensors="pt")
         per_image = (h // 28) * (w // 28)
         prompts = [self._prompt(o, n_images, per_image) for o in observations]
         if reasoning is not None:  # teacher forcing: prompt + reasoning + end of reasoning
@@ -144,7 +160,8 @@ class VLA(nn.Module):
         else:
             enc = self.tokenizer(prompts, return_tensors="pt", padding=True)
         enc["mm_token_type_ids"] = (enc["input_ids"] == self.backbone.config.image_token_id).long()
-        enc["pixel_values"], enc["image_grid_thw"] = pix["pixel_values"], pix["image_grid_thw"]
+        enc["pixel_values"] = torch.from_numpy(patchify(np.stack(images), self.pixel_mean, self.pixel_std))
+        enc["image_grid_thw"] = torch.tensor([[1, h // 14, w // 14]] * len(images))
         v0 = [float(action_space.initial_speed(torch.as_tensor(o["ego_history"], dtype=torch.float32)[None])[0])
               if "ego_history" in o else 0.0 for o in observations]  # fmt: skip
         enc["v0"] = torch.tensor(v0)
