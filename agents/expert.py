@@ -18,10 +18,8 @@ from typing import Any
 import numpy as np
 
 from agents.base import AgentOutput, BaseAgent
-from envs.controller import PLAN_DT, PLAN_STEPS
-from envs.driver import route_speed_cap, to_ego_frame
+from envs.driver import route_speed_cap, speed_profile, to_ego_frame
 from envs.world import RED, YELLOW, Kind
-from envs.world.kernels import idm
 from scenarios import geometry as geo
 
 VEHICLE, PEDESTRIAN, STATIC = int(Kind.VEHICLE), int(Kind.PEDESTRIAN), int(Kind.STATIC)
@@ -146,31 +144,10 @@ class Expert(BaseAgent):
         caution = self._caution(world, seen, s_ego)
 
         cap = route_speed_cap(world)
-        s, vel = s_ego, v
-        ss, vs = [], []
-        g_lead, g_ped, g_stop, g_yield = lead_gap, ped_gap, stop_gap, yield_gap
-        for _ in range(PLAN_STEPS):
-            v0 = float(np.interp(s + vel * 0.5, c.route_s, cap))
-            if caution is not None:
-                v0 = min(v0, self.caution_speed)
-            acc = idm(vel, v0, math.inf, 0.0, 1.5, 2.5, self.T, self.s0)
-            if math.isfinite(g_lead):
-                acc = min(acc, idm(vel, v0, g_lead, lead_v, 1.5, 2.5, self.T, self.s0))
-            for g in (g_ped, g_stop, g_yield):
-                if math.isfinite(g):
-                    acc = min(acc, idm(vel, v0, max(g - 0.5, 0.05), 0.0, 1.5, 2.5, 0.6, 0.5))
-            acc = min(max(acc, -7.0), 1.5)
-            v_new = max(vel + acc * PLAN_DT, 0.0)
-            ds = 0.5 * (vel + v_new) * PLAN_DT
-            s += ds
-            g_lead += (lead_v - 0.5 * (vel + v_new)) * PLAN_DT
-            g_ped -= ds
-            g_stop -= ds
-            g_yield -= ds
-            vel = v_new
-            ss.append(s)
-            vs.append(vel)
-        ss = np.array(ss)
+        stops = [g for g in (ped_gap, stop_gap, yield_gap) if math.isfinite(g)]
+        speed_cap = self.caution_speed if caution is not None else math.inf
+        ss, vs = speed_profile(c.route_s, cap, s_ego, v, (lead_gap, lead_v), stops, self.T, self.s0, speed_cap,
+                               max_decel=7.0)  # fmt: skip
         pts, hs = geo.interpolate(c.route_xy, c.route_s, ss)
         to_blocker = math.inf
         if self.maneuver is not None:  # reach the side offset by the blocker's rear, however close it is

@@ -105,27 +105,41 @@ class RouteFollower:
         cap = route_speed_cap(world)
         gap_obj, v_obj = self.obstacle_ahead(world)
         gap_stop = self.stop_line_ahead(world)
-        v = float(st.speed[0])
-        s = float(st.route_s)
-        ss, vs = [], []
-        for _ in range(PLAN_STEPS):
-            v0 = float(np.interp(s + v * 0.5, c.route_s, cap))
-            acc = min(
-                idm(v, v0, gap_obj, v_obj, 1.5, 2.5, self.T, self.s0),
-                idm(v, v0, gap_stop - 0.5, 0.0, 1.5, 2.5, 0.5, 0.5) if math.isfinite(gap_stop) else math.inf,
-            )
-            acc = min(max(acc, -6.0), 1.5)
-            v_new = max(v + acc * PLAN_DT, 0.0)
-            ds = 0.5 * (v + v_new) * PLAN_DT
-            s += ds
-            gap_obj += (v_obj - 0.5 * (v + v_new)) * PLAN_DT
-            gap_stop -= ds
-            v = v_new
-            ss.append(s)
-            vs.append(v)
+        stops = [gap_stop] if math.isfinite(gap_stop) else []
+        ss, _ = speed_profile(c.route_s, cap, float(st.route_s), float(st.speed[0]), (gap_obj, v_obj), stops,
+                              self.T, self.s0, max_decel=6.0)  # fmt: skip
         # the plan lies on the route centreline: the controller's lateral feedback closes any offset
-        pts, hs = geo.interpolate(c.route_xy, c.route_s, np.array(ss))
+        pts, hs = geo.interpolate(c.route_xy, c.route_s, ss)
         return to_ego_frame(pts, hs, float(st.x[0]), float(st.y[0]), float(st.yaw[0]))
+
+
+def speed_profile(route_s: np.ndarray, cap: np.ndarray, s: float, v: float,
+                  lead: tuple[float, float] = (math.inf, 0.0), stops: list[float] | tuple = (),
+                  time_headway: float = 1.5, min_gap: float = 3.0, speed_cap: float = math.inf,
+                  max_decel: float = 6.0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """IDM rollout over the plan horizon along the route: arc lengths and speeds at 0.1 .. 6.4 s.
+
+    The tightest constraint wins: the free road (``cap``: the speed limit / curvature cap per route
+    vertex, and ``speed_cap``), a lead moving at constant speed (bumper gap, speed), and fixed stop
+    points (gaps to stop lines, yield points, pedestrians) approached with a short headway.
+    """
+    gap_lead, v_lead = lead
+    gaps = list(stops)
+    ss, vs = np.empty(PLAN_STEPS), np.empty(PLAN_STEPS)
+    for k in range(PLAN_STEPS):
+        v0 = min(float(np.interp(s + v * 0.5, route_s, cap)), speed_cap)
+        acc = idm(v, v0, gap_lead, v_lead, 1.5, 2.5, time_headway, min_gap)
+        for g in gaps:
+            acc = min(acc, idm(v, v0, max(g - 0.5, 0.05), 0.0, 1.5, 2.5, 0.6, 0.5))
+        acc = min(max(acc, -max_decel), 1.5)
+        v_new = max(v + acc * PLAN_DT, 0.0)
+        ds = 0.5 * (v + v_new) * PLAN_DT
+        s += ds
+        gap_lead += (v_lead - 0.5 * (v + v_new)) * PLAN_DT
+        gaps = [g - ds for g in gaps]
+        v = v_new
+        ss[k], vs[k] = s, v
+    return ss, vs
 
 
 def to_ego_frame(pts: np.ndarray, headings: np.ndarray, x: float, y: float, yaw: float) -> np.ndarray:

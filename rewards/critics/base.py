@@ -62,3 +62,18 @@ def parse_scores(text: str) -> tuple[float, float] | None:
     if len(found) < 2:
         return None
     return found["behaviour"], found["grounding"]
+
+
+def scores_from_answers(items: list[tuple[str, set[str], set[str]]], answers: list[str],
+                        fallback: Critic) -> list[ConsistencyScore]:  # fmt: skip
+    """Parse LM answers into scores; an unparseable answer falls back to ``fallback`` (``parsed: False``)."""
+    out = []
+    for item, answer in zip(items, answers):
+        parsed = parse_scores(answer)
+        if parsed is None:
+            base = fallback.score(*item)
+            base.details.update({"parsed": False, "answer": answer[:200]})
+            out.append(base)
+        else:
+            out.append(ConsistencyScore(parsed[0], parsed[1], {"parsed": True, "answer": answer[:200]}))
+    return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rewards.critics.base import ConsistencyScore, parse_scores, rubric_prompt
+from rewards.critics.base import ConsistencyScore, rubric_prompt, scores_from_answers
 from rewards.critics.rules import RulesCritic
 
 
@@ -44,16 +44,7 @@ class HFCritic:
 
     def score_batch(self, items: list[tuple[str, set[str], set[str]]]) -> list[ConsistencyScore]:
         answers = self._generate([rubric_prompt(*it) for it in items])
-        out = []
-        for item, answer in zip(items, answers):
-            parsed = parse_scores(answer)
-            if parsed is None:
-                base = self.fallback.score(*item)
-                base.details.update({"parsed": False, "answer": answer[:200]})
-                out.append(base)
-            else:
-                out.append(ConsistencyScore(parsed[0], parsed[1], {"parsed": True, "answer": answer[:200]}))
-        return out
+        return scores_from_answers(items, answers, self.fallback)
 
     def score(self, reasoning: str, meta_actions: set[str], causes: set[str]) -> ConsistencyScore:
         return self.score_batch([(reasoning, meta_actions, causes)])[0]

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-from rewards.critics.base import ConsistencyScore, parse_scores, rubric_prompt
+from rewards.critics.base import ConsistencyScore, rubric_prompt, scores_from_answers
 from rewards.critics.rules import RulesCritic
 
 
@@ -71,16 +71,7 @@ class HTTPCritic:
         prompts = [rubric_prompt(*it) for it in items]
         with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(prompts)))) as pool:
             answers = list(pool.map(self._ask, prompts))
-        out = []
-        for item, answer in zip(items, answers):
-            parsed = parse_scores(answer)
-            if parsed is None:
-                base = self.fallback.score(*item)
-                base.details.update({"parsed": False, "answer": answer[:200]})
-                out.append(base)
-            else:
-                out.append(ConsistencyScore(parsed[0], parsed[1], {"parsed": True}))
-        return out
+        return scores_from_answers(items, answers, self.fallback)
 
     def score(self, reasoning: str, meta_actions: set[str], causes: set[str]) -> ConsistencyScore:
         return self.score_batch([(reasoning, meta_actions, causes)])[0]
