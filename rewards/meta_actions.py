@@ -153,11 +153,8 @@ def lateral_labels(xy: np.ndarray, heading: np.ndarray, dt: float, th: MetaActio
     travel = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(xy, axis=0), axis=1))])
     for a, b in runs:  # slow, wide turns: the whole run of turning counts, not just a window
         dpsi = heading[b] - heading[a]
-        if (
-            abs(dpsi) > th.turn_angle
-            and travel[b] - travel[a] > 3.0
-            and np.all(np.sign(rate[a : b + 1]) == np.sign(dpsi))
-        ):
+        same_way = np.mean(np.sign(rate[a : b + 1]) == np.sign(dpsi)) >= 0.9  # edge fits may flip a frame
+        if abs(dpsi) > th.turn_angle and travel[b] - travel[a] > 3.0 and same_way:
             for k in range(a, b + 1):
                 labels[k] = "turn_left" if dpsi > 0 else "turn_right"
     half = max(1, int(round(th.turn_window / dt / 2)))

@@ -4,9 +4,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import pytest
+from hypothesis import settings
 
 import envs  # noqa: F401  (registers the environments)
 from scenarios import load_bank, make_scenario
+
+# property tests explore the same examples on every run: CI never flakes, a failure reproduces
+settings.register_profile("loopdrive", derandomize=True, print_blob=True)
+settings.load_profile("loopdrive")
 
 
 @pytest.fixture(scope="session")
