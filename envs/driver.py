@@ -25,9 +25,8 @@ CORRIDOR = 1.6  # metres either side of the route centreline that count as "in m
 def route_speed_cap(world: World) -> np.ndarray:
     """Per route vertex: min(lane speed limit, curvature limit), smoothed backwards for braking."""
     c = world.c
-    cache = getattr(c, "_speed_cap", None)
-    if cache is not None:
-        return cache
+    if c.speed_cap is not None:
+        return c.speed_cap
     lanes, _ = c.paths.lane_at(np.full(len(c.route_s), c.route_path), c.route_s)
     limit = c.lane_speed_limit[lanes]
     h = np.unwrap(geo.headings(c.route_xy))
@@ -38,7 +37,7 @@ def route_speed_cap(world: World) -> np.ndarray:
     for i in range(len(cap) - 2, -1, -1):  # reachable with 2 m/s^2 braking
         step = c.route_s[i + 1] - c.route_s[i]
         cap[i] = min(cap[i], math.sqrt(cap[i + 1] ** 2 + 2 * 2.0 * step))
-    c._speed_cap = cap
+    c.speed_cap = cap  # per scenario: every episode and planner reuses it
     return cap
 
 

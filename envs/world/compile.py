@@ -75,6 +75,7 @@ class Compiled:
     corridor: np.ndarray  # [n_lanes] bool: lanes counted as "on the route"
     grid: LaneGrid
     drivable: AreaGrid  # drivable area grown by the off-road tolerance, rasterised at 0.1 m
+    speed_cap: np.ndarray | None = None  # route speed cap (limit, curvature), filled by the first planner
 
     def signal_states(self, t: float) -> np.ndarray:
         if not len(self.signal_ids):
