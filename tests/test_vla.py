@@ -98,3 +98,39 @@ def test_patchify_matches_the_qwen_image_processor():
     ref = proc(images=list(imgs), return_tensors="pt")["pixel_values"].numpy()
     mine = patchify(imgs, np.asarray(proc.image_mean, np.float32), np.asarray(proc.image_std, np.float32))
     assert mine.shape == ref.shape and np.abs(mine - ref).max() < 1e-5
+
+
+def test_backbone_from_a_local_pretrained_folder(observations, tmp_path):
+    """A stand-in for a real local Qwen2.5-VL checkpoint: its own tokenizer lacks the VLA's tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    from agents.vla.tokenizer import CHAT, reasoning_corpus
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(reasoning_corpus(), trainers.BpeTrainer(
+        vocab_size=600, special_tokens=CHAT, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    ids = {k: fast.convert_tokens_to_ids(t) for k, t in (("image_token_id", "<|image_pad|>"),
+           ("video_token_id", "<|video_pad|>"), ("vision_start_token_id", "<|vision_start|>"),
+           ("vision_end_token_id", "<|vision_end|>"))}  # fmt: skip
+    cfg = Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, rope_scaling={"type": "mrope",
+                         "mrope_section": [2, 3, 3]}, bos_token_id=None, eos_token_id=fast.eos_token_id),
+        vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                           fullatt_block_indexes=[0]), **ids)  # fmt: skip
+    local = tmp_path / "qwen-local"
+    Qwen2_5_VLForConditionalGeneration(cfg).save_pretrained(local)
+    fast.save_pretrained(local)
+    model = VLA(VLAConfig(backbone_path=str(local))).eval()
+    assert model.tokenizer.convert_tokens_to_ids("<|cot_start|>") >= len(fast)  # the VLA tokens were added
+    out = model.act_batch(observations[:1], generator=torch.Generator().manual_seed(0))
+    assert out[0]["trajectory"].shape == (64, 3)
+    model.save_pretrained(tmp_path / "vla")
+    again = VLA.from_pretrained(tmp_path / "vla")
+    b = again.act_batch(observations[:1], generator=torch.Generator().manual_seed(0))
+    assert np.array_equal(out[0]["trajectory"], b[0]["trajectory"])
+    with pytest.raises(FileNotFoundError, match="not a local transformers model folder"):
+        VLA(VLAConfig(backbone_path=str(tmp_path)))

@@ -24,7 +24,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessorPil
 
 from agents.vla import action_space
 from agents.vla.flow import ActionExpert, ExpertConfig, flow_matching_loss, log_prob, sample_ode, sample_sde
-from agents.vla.tokenizer import COMMANDS, COT_END, COT_START, build_tokenizer, history_tokens
+from agents.vla.tokenizer import COMMANDS, COT_END, COT_START, SPECIAL, build_tokenizer, history_tokens
 
 SYSTEM = "You are a driving assistant."
 INSTRUCTION = "output the chain-of-thought reasoning of the driving process, then output the future trajectory"
@@ -43,6 +43,7 @@ class VLAConfig:
     max_reasoning_tokens: int = 40
     flow_steps: int = 10
     seed: int = 0
+    backbone_path: str | None = None  # a local pretrained Qwen2.5-VL / Qwen3-VL folder (overrides ``size``)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -89,6 +90,36 @@ def _backbone(cfg: VLAConfig, tok: PreTrainedTokenizerFast) -> nn.Module:
     return Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision, **ids))
 
 
+def _local_backbone(path: Path, tokenizer: PreTrainedTokenizerFast | None):
+    """A pretrained Qwen2.5-VL / Qwen3-VL from a local folder, with its own tokenizer extended by the
+    VLA's special tokens (reasoning markers, history bins, commands; embeddings resized to match)."""
+    from transformers import (
+        AutoConfig,
+        AutoTokenizer,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen3VLForConditionalGeneration,
+    )
+
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"backbone_path {path} is not a local transformers model folder (no config.json)")
+    kind = AutoConfig.from_pretrained(path, local_files_only=True).model_type
+    classes = {"qwen2_5_vl": Qwen2_5_VLForConditionalGeneration, "qwen3_vl": Qwen3VLForConditionalGeneration}
+    if kind not in classes:
+        raise ValueError(f"backbone at {path} is a {kind!r} model; the VLA supports {sorted(classes)}")
+    tok = tokenizer or AutoTokenizer.from_pretrained(path, local_files_only=True)
+    missing = [t for t in SPECIAL if t not in tok.get_vocab()]
+    if missing:
+        tok.add_special_tokens({"additional_special_tokens": missing})
+    model = classes[kind].from_pretrained(path, local_files_only=True)
+    if model.get_input_embeddings().weight.shape[0] < len(tok):
+        model.resize_token_embeddings(len(tok))
+    for name, token in (("image_token_id", "<|image_pad|>"), ("vision_start_token_id", "<|vision_start|>")):
+        if tok.convert_tokens_to_ids(token) != getattr(model.config, name):
+            raise ValueError(f"backbone at {path}: {token} is id {tok.convert_tokens_to_ids(token)} in the "
+                             f"tokenizer but {name}={getattr(model.config, name)} in the model config")  # fmt: skip
+    return model, tok
+
+
 def patchify(images: np.ndarray, mean: np.ndarray, std: np.ndarray, patch: int = 14, merge: int = 2,
              temporal: int = 2) -> np.ndarray:  # fmt: skip
     """Qwen-VL pixel patches from ``[N, H, W, 3]`` uint8 images, in the layout its image processor
@@ -107,9 +138,12 @@ class VLA(nn.Module):
         super().__init__()
         torch.manual_seed(config.seed)
         self.config = config
-        self.tokenizer = tokenizer or build_tokenizer()
+        if config.backbone_path:
+            self.backbone, self.tokenizer = _local_backbone(Path(config.backbone_path), tokenizer)
+        else:
+            self.tokenizer = tokenizer or build_tokenizer()
+            self.backbone = _backbone(config, self.tokenizer)
         self.tokenizer.padding_side = "left"
-        self.backbone = _backbone(config, self.tokenizer)
         tc = self.backbone.config.text_config
         head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
         # the expert shares the backbone's layer count, kv heads and head size (it reads its cache) but is
@@ -272,8 +306,8 @@ class VLA(nn.Module):
             raise FileNotFoundError(f"{path} is not a saved VLA (no vla_config.json)")
         raw = json.loads(cfg_file.read_text())
         cfg = VLAConfig(**(raw["vla"] | {"image_size": tuple(raw["vla"]["image_size"])}))
+        cfg.backbone_path = str(path / "backbone")  # the saved copy, whatever it was built from
         tok = PreTrainedTokenizerFast.from_pretrained(path / "tokenizer", local_files_only=True)
         model = cls(cfg, tok)
-        model.backbone = type(model.backbone).from_pretrained(path / "backbone", local_files_only=True)
         model.expert.load_state_dict(load_file(path / "action_expert.safetensors"))
         return model.to(device).eval()
