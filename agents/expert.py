@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from agents.base import AgentOutput, BaseAgent
-from envs.driver import route_speed_cap, speed_profile, to_ego_frame
-from envs.world import RED, YELLOW, Kind
+from envs.driver import next_stop_line, route_speed_cap, speed_profile, to_ego_frame
+from envs.world import Kind
 from scenarios import geometry as geo
 
 VEHICLE, PEDESTRIAN, STATIC = int(Kind.VEHICLE), int(Kind.PEDESTRIAN), int(Kind.STATIC)
@@ -231,24 +231,7 @@ class Expert(BaseAgent):
         return True
 
     def _stop_line(self, world) -> tuple[float, str | None]:
-        st, c = world.state, world.c
-        front = st.route_s + c.actors.length[0] / 2
-        sig = world.signal_states()
-        for k, (s_line, sg) in enumerate(c.route_stops):
-            gap = s_line - front
-            if gap < -0.5:
-                continue
-            if sg >= 0:
-                state = sig[sg]
-                if state == RED or (state == YELLOW and st.speed[0] ** 2 / (2 * max(gap, 0.1)) < 4.0):
-                    return gap, "red" if state == RED else "yellow"
-            else:
-                if st.stop_done[k]:
-                    self._stopped_at.setdefault(k, st.t)
-                    if st.t - self._stopped_at[k] >= 1.0:
-                        continue
-                return gap, "stop_sign"
-        return math.inf, None
+        return next_stop_line(world, self._stopped_at)
 
     def _yield_point(self, world, seen, s_ego, v) -> tuple[float, str | None]:
         """Stop before a junction connector whose path crosses traffic that has priority over us."""

@@ -79,25 +79,7 @@ class RouteFollower:
 
     def stop_line_ahead(self, world: World) -> float:
         """Gap from the front bumper to the first stop line the ego must stop at."""
-        st, c = world.state, world.c
-        front = st.route_s + c.actors.length[0] / 2
-        sig = world.signal_states()
-        best = math.inf
-        for k, (s_line, sg) in enumerate(zip(c.route_stop_s, c.route_stop_sig)):
-            gap = s_line - front
-            if gap < -0.5:
-                continue
-            if sg >= 0:
-                state = sig[sg]
-                if state == RED or (state == YELLOW and st.speed[0] ** 2 / (2 * max(gap, 0.1)) < 4.0):
-                    best = min(best, gap)
-            else:  # stop sign: stop, wait a moment, then go
-                if st.stop_done[k]:
-                    self._stopped_at.setdefault(k, st.t)
-                    if st.t - self._stopped_at[k] >= 1.0:
-                        continue
-                best = min(best, gap)
-        return best
+        return next_stop_line(world, self._stopped_at)[0]
 
     def plan(self, world: World) -> np.ndarray:
         st, c = world.state, world.c
@@ -110,6 +92,30 @@ class RouteFollower:
         # the plan lies on the route centreline: the controller's lateral feedback closes any offset
         pts, hs = geo.interpolate(c.route_xy, c.route_s, ss)
         return to_ego_frame(pts, hs, float(st.x[0]), float(st.y[0]), float(st.yaw[0]))
+
+
+def next_stop_line(world: World, stopped_at: dict[int, float], wait: float = 1.0) -> tuple[float, str | None]:
+    """Gap from the front bumper to the first stop line the ego must stop at, and why: ``"red"``, a
+    ``"yellow"`` it can still stop for (< 4 m/s^2), or a ``"stop_sign"`` until it has stood there
+    for ``wait`` s (``stopped_at`` remembers when, per stop line, across calls)."""
+    st, c = world.state, world.c
+    front = st.route_s + c.actors.length[0] / 2
+    sig = world.signal_states()
+    for k, (s_line, sg) in enumerate(c.route_stops):  # ordered along the route
+        gap = s_line - front
+        if gap < -0.5:
+            continue
+        if sg >= 0:
+            state = sig[sg]
+            if state == RED or (state == YELLOW and st.speed[0] ** 2 / (2 * max(gap, 0.1)) < 4.0):
+                return gap, "red" if state == RED else "yellow"
+        else:
+            if st.stop_done[k]:
+                stopped_at.setdefault(k, st.t)
+                if st.t - stopped_at[k] >= wait:
+                    continue
+            return gap, "stop_sign"
+    return math.inf, None
 
 
 def speed_profile(route_s: np.ndarray, cap: np.ndarray, s: float, v: float,
