@@ -3,7 +3,7 @@ suites, meta-action detectors, scene facts and reasoning-consistency critics."""
 
 from rewards import terms as _terms  # noqa: F401  (registers the built-in terms)
 from rewards.comfort import NUPLAN, ComfortBounds, comfort_checks, comfort_series
-from rewards.metrics import METRICS, SUITES, EpisodeLog, compute_suites, leaderboard_score, register_metric
+from rewards.metrics import METRICS, SUITES, EpisodeLog, compute_suites, register_metric
 from rewards.registry import REWARD_TERMS, RewardComposer, RewardConfigError, register, resolve
 from rewards.terms import DEFAULT_REWARDS, ade
 from rewards.transition import EgoState, Transition
@@ -24,7 +24,6 @@ __all__ = [
     "comfort_checks",
     "comfort_series",
     "compute_suites",
-    "leaderboard_score",
     "register",
     "register_metric",
     "resolve",

@@ -188,18 +188,3 @@ def compute_suites(log: EpisodeLog, leaderboard_version: str = "2.0", extra_metr
         out[spec] = resolve_metric(spec)(log)
     out["extra"] = {"distance_m": log.distance, "km_per_incident": km_per_incident(log)}
     return out
-
-
-def leaderboard_score(events: Iterable[Mapping[str, Any]], stats: Mapping[str, float]) -> dict[str, float]:
-    """Leaderboard 2.0 route score from the world's event log and statistics (the demo's one line)."""
-    log = EpisodeLog(list(events), route_length=stats.get("route_length", 0.0),
-                     distance_outside_route_lanes=stats.get("distance_outside_route_lanes", 0.0))  # fmt: skip
-    lb = leaderboard(_with_completion(log, stats.get("route_completion", 0.0)))
-    return {"route_completion": lb["route_completion"], "infraction_penalty": lb["infraction_penalty"],
-            "score": lb["score"]}  # fmt: skip
-
-
-def _with_completion(log: EpisodeLog, completion: float) -> EpisodeLog:
-    """A log whose route completion is given directly (no ego track)."""
-    log.ego = [EgoState(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, completion, 0.0, 0.0, 0.0, False, False, False)]
-    return log

@@ -1,10 +1,10 @@
 """CPU camera renderer (OpenCV + numpy) for any pinhole rig.
 
-The road is pre-cut once per map into small ground quads by layer (asphalt, kerbs, markings, stop
-lines, zebra stripes). Per frame and camera: quads near the camera are moved into the camera frame
-in one matrix product, quads straddling the near plane are clipped, and each layer is filled with
-one ``cv2.fillPoly`` call. Actors and traffic-light heads are shaded 3D boxes drawn far to near
-(painter's algorithm) with back faces culled. Sky and ground come from a per-camera template.
+Once per map the ground layers (asphalt, kerbs, markings, stop lines, zebra stripes) are painted
+into a top-down texture. Per frame and camera the ground is one ``cv2.warpPerspective`` of that
+texture through the ground-plane homography; actors, signal heads and stop signs are shaded 3D
+boxes projected by a numba kernel and drawn far to near (painter's algorithm) with back faces
+culled. Sky and horizon come from a per-camera template.
 """
 
 from __future__ import annotations
@@ -188,26 +188,6 @@ def map_geometry(road_map: RoadMap) -> MapGeometry:
             _GEOMETRY.pop(next(iter(_GEOMETRY)))
         hit = _GEOMETRY[id(road_map)] = (road_map, build_map_geometry(road_map))
     return hit[1]
-
-
-# --- clipping and projection ------------------------------------------------------------------------------------
-def clip_quads_near(pc: np.ndarray) -> np.ndarray:
-    """Clip quads ``[Q, 4, 3]`` (camera frame) against z >= NEAR, vectorised Sutherland-Hodgman.
-
-    Each clipped polygon has at most 5 vertices; the output is padded to 8 with repeated vertices
-    (harmless for a polygon fill), so all quads go through the same array ops.
-    """
-    a = pc
-    b = np.roll(pc, -1, axis=1)
-    ina, inb = a[..., 2] >= NEAR, b[..., 2] >= NEAR
-    t = ((NEAR - a[..., 2]) / np.where(b[..., 2] != a[..., 2], b[..., 2] - a[..., 2], 1.0))[..., None]
-    cross = a + t * (b - a)
-    cand = np.stack([a, cross], 2).reshape(len(pc), 8, 3)  # per edge: start vertex, crossing
-    valid = np.stack([ina, ina != inb], 2).reshape(len(pc), 8)
-    # cyclic forward fill of invalid slots with the previous valid vertex
-    idx = np.where(valid, np.arange(8), -1)
-    idx = np.maximum.accumulate(np.concatenate([idx, np.where(valid, np.arange(8, 16), -1)], 1), axis=1)[:, 8:] % 8
-    return np.take_along_axis(cand, idx[..., None], 1)
 
 
 class CameraRenderer:

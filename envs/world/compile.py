@@ -68,7 +68,6 @@ class Compiled:
     route_heading: list[float]  # per route vertex (Python floats: read one at a time per step)
     route_speed_limit: list[float]
     route_stop_s: np.ndarray
-    route_stop_sig: np.ndarray
     route_stops: tuple[tuple[float, int], ...]  # the same as Python numbers, for the per-step loop
     route_start: float
     goal_distance: float
@@ -313,7 +312,6 @@ def _compile(scn: Scenario, road_map: RoadMap) -> Compiled:
             float(paths_limit) for paths_limit in _route_limits(paths, route_path, route_s, road_map, lane_ids)
         ],
         route_stop_s=route_stop[0][finite],
-        route_stop_sig=route_stop[1][finite],
         route_stops=tuple((float(a), int(b)) for a, b in zip(route_stop[0][finite], route_stop[1][finite])),
         route_start=float(scn.ego.s),
         goal_distance=goal,

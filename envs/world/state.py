@@ -115,7 +115,6 @@ class WorldState:
     wrong_way_run: float = 0.0  # metres driven against the lane since entering it
     wrong_way_reported: bool = False
     off_route_lanes: bool = False
-    stop_min_speed: np.ndarray = field(default_factory=lambda: np.zeros(0))
     stop_done: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     time_stopped: float = 0.0
     speed_limit: float = 0.0  # of the route lane at the ego's projection

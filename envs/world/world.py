@@ -68,7 +68,6 @@ class World:
             route_s=c.route_start,
             progress=c.route_start,
             in_contact=np.zeros(n, bool),
-            stop_min_speed=np.full(len(c.route_stop_s), np.inf),
             stop_done=np.zeros(len(c.route_stop_s), bool),
             rng=np.random.default_rng(seed),
             pending_triggers=int(self._has_trigger[1:].sum()),
