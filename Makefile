@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test lint bench venv clean browser
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,7 +19,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/loopdrive demo --bank smoke --out runs/demo
 
-test: $(STAMP)
+# Debian's Chromium for the report's browser test (skipped with a reason where it cannot be installed)
+browser:
+	@command -v chromium >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+	  (apt-get install -y -q chromium >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) || \
+	  echo "chromium could not be installed: the report's browser test will be skipped"
+
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled $(BIN)/python -m pytest -q
 

@@ -2,7 +2,8 @@
 
 ``episode_info`` carries the scenario and, for privileged agents (the expert), the world itself
 (``episode_info["world"]``); learned agents use only the observation. ``act_batch`` exists so
-vectorised rollouts can batch inference; the default loops over ``act``.
+vectorised rollouts can batch inference; the default loops over ``act``. An agent may declare the
+observation keys it reads (``observations``), so an evaluation skips rendering cameras nobody looks at.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class BaseAgent:
 
     name = "agent"
     privileged = False
+    observations: tuple[str, ...] | None = None  # what act() reads; None = the env's defaults (cameras...)
 
     def reset(self, episode_info: dict[str, Any]) -> None:
         self.episode_info = episode_info

@@ -15,6 +15,7 @@ class ConstantVelocity(BaseAgent):
     """Keeps the current speed and yaw rate (a constant-curvature arc), as in open-loop benchmarks."""
 
     name = "constant_velocity"
+    observations = ("ego_state",)
 
     def act(self, observation: dict[str, Any]) -> AgentOutput:
         speed, yaw_rate = _speed_and_yaw_rate(observation)
@@ -30,6 +31,7 @@ class Stop(BaseAgent):
     """Brakes comfortably to a standstill and stays there."""
 
     name = "stop"
+    observations = ("ego_state",)
 
     def act(self, observation: dict[str, Any]) -> AgentOutput:
         speed, _ = _speed_and_yaw_rate(observation)

@@ -44,6 +44,7 @@ class Seen:
 class Expert(BaseAgent):
     name = "expert"
     privileged = True
+    observations = ("ego_state",)  # it plans on the world state
 
     def __init__(self, time_headway: float = 1.4, min_gap: float = 3.0, caution_speed: float = 6.0) -> None:
         self.T, self.s0, self.caution_speed = time_headway, min_gap, caution_speed

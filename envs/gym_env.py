@@ -5,11 +5,16 @@ One ``step`` is one agent decision: the trajectory (or control) action is held f
 tracks it, cameras are rendered for the last ``n_frames`` of those steps, and reward terms and
 events are accumulated over them. ``info["reward_terms"]`` holds every term's total for the step,
 ``info["events"]`` the step's events, ``info["metrics"]`` the episode summary at the end.
+
+``step_hooks`` (callables ``hook(env)``) run after every 0.1 s world step (an evaluation's video
+recorder uses it); ``render_seconds`` accumulates the time spent rendering cameras, so a profiler
+can split a step into simulation and rendering.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -125,6 +130,8 @@ class LoopDriveEnv(gym.Env):
             self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
 
         self.world: World | None = None
+        self.step_hooks: list[Callable[[LoopDriveEnv], None]] = []
+        self.render_seconds = 0.0
         self._frames = None
         if self.cameras is not None:
             self._frames = np.zeros((len(self.rig), n_frames, h, w, 3), np.uint8)
@@ -148,7 +155,9 @@ class LoopDriveEnv(gym.Env):
         self._returns: dict[str, float] = dict.fromkeys(self.composer.terms, 0.0)
         self._done = False
         if self._frames is not None:
+            t0 = time.perf_counter()
             self.cameras.render(self.world, self._frames[:, -1])
+            self.render_seconds += time.perf_counter() - t0
             self._frames[:, :-1] = self._frames[:, -1:]
         return self._observe(), self._info([], {})
 
@@ -217,7 +226,11 @@ class LoopDriveEnv(gym.Env):
                 terms[key] += v
             events.extend(new_events)
             if self._frames is not None and k >= render_from:
+                t0 = time.perf_counter()
                 self.cameras.render(w, self._frames[:, self.n_frames - (n - k)])
+                self.render_seconds += time.perf_counter() - t0
+            for hook in self.step_hooks:
+                hook(self)
             terminated = self._terminal(new_events)
             truncated = w.t >= self.scenario.duration_s - 1e-9
             if terminated or truncated:

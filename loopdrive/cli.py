@@ -3,6 +3,10 @@
 Subcommands import their layer lazily so ``loopdrive bank validate`` starts fast.
 
   loopdrive bank list | show NAME | generate --name N --per-family K --seed S [--out DIR] | validate PATH
+  loopdrive eval --bank NAME|PATH --agent SPEC --out DIR [--split S] [--seeds K] [--workers N]
+                 [--ray-address ADDR] [--rig R[,R2]] [--video] [--config eval.toml]
+  loopdrive regress --baseline DIR --candidate DIR [--must-pass TAGS] [--alpha 0.05]
+  loopdrive report DIR                 (rebuild report.html from a run's journal)
   loopdrive demo [--bank smoke] [--out runs/demo] [--no-video]
   loopdrive serve-rewards [--host 127.0.0.1] [--port 8765]   (token from LOOPDRIVE_REWARD_TOKEN)
 """
@@ -89,7 +93,63 @@ def _serve_rewards(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from loopdrive.demo import run_demo
 
-    return run_demo(args.bank, Path(args.out), video=not args.no_video, split=args.split, agent=args.agent)
+    return run_demo(args.bank, Path(args.out), video=not args.no_video, split=args.split, agents=args.agents)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from evaluation import evaluate, load_eval_config
+
+    config = load_eval_config(
+        args.config, bank=args.bank, split=args.split, agent=args.agent, seeds=args.seeds, workers=args.workers,
+        ray_address=args.ray_address, rigs=args.rig.split(",") if args.rig else None, video=args.video or None,
+        scenarios=args.scenarios.split(",") if args.scenarios else None, episode_timeout_s=args.episode_timeout,
+    )  # fmt: skip
+    out = Path(args.out)
+    summary = evaluate(config, out)
+    lb, ep = summary["suites"].get("leaderboard", {}), summary["episodes"]
+    ci = lb.get("ci95") or [None, None]
+    if lb.get("mean") is not None:
+        print(
+            f"driving score {lb['mean']:.1f} (95% CI {ci[0]:.1f}-{ci[1]:.1f}), success "
+            f"{summary['success_rate']:.1f}% over {ep['total']}/{ep['expected']} episodes "
+            f"({ep['agent_error']} agent errors, {ep['timeout']} timeouts, {ep['infra_error']} infra errors)"
+        )
+    print(f"summary: {out / 'summary.json'}\nreport:  {(out / 'report.html').resolve()}")
+    return 130 if summary["interrupted"] else 0
+
+
+def _regress(args: argparse.Namespace) -> int:
+    from evaluation.regress import RegressInputError, compare, to_markdown, write_outputs
+
+    try:
+        cmp = compare(
+            args.baseline,
+            args.candidate,
+            metric=args.metric,
+            alpha=args.alpha,
+            test=args.test,
+            must_pass=args.must_pass.split(",") if args.must_pass else None,
+            tolerance=args.tolerance,
+        )
+    except RegressInputError as e:
+        print(f"loopdrive regress: error: {e}", file=sys.stderr)
+        return 2
+    out = write_outputs(cmp, args.out or Path(args.candidate) / "regress")
+    print(to_markdown(cmp))
+    print(f"reports: {out / 'regress.md'}, {out / 'regress.html'}")
+    return 1 if cmp.failed else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from evaluation import read_episodes
+    from evaluation.report import write_report
+
+    run = Path(args.run)
+    summary_path = run / "summary.json"
+    if not summary_path.exists():
+        raise FileNotFoundError(f"{run}: no summary.json (is this a `loopdrive eval` run folder?)")
+    print(write_report(run, json.loads(summary_path.read_text()), read_episodes(run)))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,9 +185,43 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--reward", action="append", help="extra reward 'module:function' (repeatable)")
     srv.set_defaults(fn=_serve_rewards)
 
-    demo = sub.add_parser("demo", help="drive an agent (the expert by default) through a bank, with videos")
+    ev = sub.add_parser("eval", help="closed-loop evaluation of an agent on a bank (journal, summary, report)")
+    ev.add_argument("--bank", help="bank name or folder (default smoke)")
+    ev.add_argument("--agent", help="agent spec: expert, constant_velocity, stop, vla:PATH, sb3:PATH, pkg.mod:Cls")
+    ev.add_argument("--out", required=True, help="run folder; rerunning into it finishes missing episodes")
+    ev.add_argument("--split", choices=["train", "val", "test"])
+    ev.add_argument("--seeds", type=int, help="episodes per scenario (seeds 0..K-1)")
+    ev.add_argument("--workers", type=int, help="Ray actors (0: in-process)")
+    ev.add_argument("--ray-address", help="an existing Ray cluster, e.g. ray://head:10001 or auto")
+    ev.add_argument("--rig", help="camera rig(s), comma-separated: a rig ablation runs each")
+    ev.add_argument("--scenarios", help="comma-separated subset of scenario ids")
+    ev.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")
+    ev.add_argument("--video", action="store_true", help="an mp4 per episode (cameras, BEV, reasoning)")
+    ev.add_argument("--config", help="eval TOML file; flags override it")
+    ev.set_defaults(fn=_eval)
+
+    rg = sub.add_parser(
+        "regress", help="paired comparison of a candidate run with a baseline run; exit 1 on regression"
+    )
+    rg.add_argument("--baseline", required=True)
+    rg.add_argument("--candidate", required=True)
+    rg.add_argument("--metric", default="leaderboard", help="suite to compare (leaderboard, pdms, alpasim, ...)")
+    rg.add_argument(
+        "--must-pass", help="comma-separated tags whose scenarios must keep succeeding ('all' for every one)"
+    )
+    rg.add_argument("--alpha", type=float, default=0.05)
+    rg.add_argument("--test", default="bootstrap", choices=["bootstrap", "sign"])
+    rg.add_argument("--tolerance", type=float, default=0.5, help="mean drop (points) below which nothing is flagged")
+    rg.add_argument("--out", help="folder for regress.md / .html / .json (default CANDIDATE/regress)")
+    rg.set_defaults(fn=_regress)
+
+    rp = sub.add_parser("report", help="rebuild report.html of a run folder")
+    rp.add_argument("run")
+    rp.set_defaults(fn=_report)
+
+    demo = sub.add_parser("demo", help="evaluate the expert and a baseline on a bank, with videos and reports")
     demo.add_argument("--bank", default="smoke")
-    demo.add_argument("--agent", default="expert", help="agent spec: expert, constant_velocity, stop, pkg.mod:Cls")
+    demo.add_argument("--agents", default="expert,constant_velocity", help="comma-separated agent specs")
     demo.add_argument("--split", choices=["train", "val", "test"])
     demo.add_argument("--out", default="runs/demo")
     demo.add_argument("--no-video", action="store_true")

@@ -10,6 +10,7 @@ detectors label datasets.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -54,17 +55,27 @@ DEFAULT_THRESHOLDS = MetaActionThresholds()
 def _derivatives(x: np.ndarray, dt: float, half: int) -> tuple[np.ndarray, np.ndarray]:
     """First and second derivative of ``x`` from a local quadratic fit over +-``half`` frames
     (Savitzky-Golay; windows shrink one-sidedly at the ends, so there is no edge bias)."""
-    T = len(x)
-    d1, d2 = np.empty(T), np.empty(T)
+    w1, w2 = _fit_weights(len(x), round(dt, 9), half)
+    return w1 @ x, w2 @ x
+
+
+@functools.lru_cache(maxsize=64)
+def _fit_weights(T: int, dt: float, half: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows that turn a series into its fitted derivatives: the least-squares fit is linear in the
+    data, so it is computed once per (length, dt, window) and then applied as a matrix product."""
+    w1, w2 = np.zeros((T, T)), np.zeros((T, T))
     for i in range(T):
         a, b = max(0, i - half), min(T, i + half + 1)
-        tau = (np.arange(a, b) - i) * dt
         deg = min(2, b - a - 1)
-        A = np.vander(tau, deg + 1, increasing=True)
-        coef = np.linalg.lstsq(A, x[a:b], rcond=None)[0]
-        d1[i] = coef[1] if deg >= 1 else 0.0
-        d2[i] = 2 * coef[2] if deg >= 2 else 0.0
-    return d1, d2
+        if deg < 1:
+            continue
+        tau = (np.arange(a, b) - i) * dt
+        pinv = np.linalg.pinv(np.vander(tau, deg + 1, increasing=True))
+        w1[i, a:b] = pinv[1]
+        if deg >= 2:
+            w2[i, a:b] = 2 * pinv[2]
+    w1.flags.writeable = w2.flags.writeable = False
+    return w1, w2
 
 
 def kinematics(xy: np.ndarray, dt: float, yaw: np.ndarray | None = None, smooth_s: float = 0.5,

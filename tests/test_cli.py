@@ -57,10 +57,10 @@ def test_demo_writes_scores_and_videos(smoke, tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--bank", str(bank), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "curve-000" in printed and "score" in printed
-    scores = json.loads((out / "scores.json").read_text())
-    assert set(scores["scenarios"]) == {"curve-000", "lead_brake-000"}
-    assert scores["scenarios"]["lead_brake-000"]["score"] == 100.0
-    cap = cv2.VideoCapture(str(out / "curve-000.mp4"))
+    assert "expert" in printed and "constant_velocity" in printed and "report.html" in printed
+    summary = json.loads((out / "expert" / "summary.json").read_text())
+    assert summary["episodes"]["ok"] == 2 and summary["by_family"]["lead_brake"]["leaderboard"] == 100.0
+    cap = cv2.VideoCapture(str(out / "expert" / "videos" / "curve-000__s0__alpamayo4.mp4"))
     ok, frame = cap.read()
     assert ok and frame.shape[1] > 512
+    assert cap.get(cv2.CAP_PROP_FRAME_COUNT) > 50  # a frame every 0.1 s world step

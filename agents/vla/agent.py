@@ -21,7 +21,8 @@ class VLAAgent(BaseAgent):
 
     def reset(self, episode_info: dict[str, Any]) -> None:
         super().reset(episode_info)
-        self.generator = torch.Generator(device=self.model.device).manual_seed(self.seed)
+        seed = int(episode_info.get("seed", self.seed)) if isinstance(episode_info, dict) else self.seed
+        self.generator = torch.Generator(device=self.model.device).manual_seed(seed)
 
     def act(self, observation: dict[str, Any]) -> AgentOutput:
         return self.act_batch([observation])[0]

@@ -1,0 +1,85 @@
+"""What an evaluation run is: one validated config, from a TOML file and/or command-line flags.
+
+The config is saved into the run folder; rerunning with the same folder checks that it matches, so
+a resumed run can never mix episodes of two different set-ups.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class EvalConfigError(ValueError):
+    """A bad eval config: the message names the file (or flag) and the field."""
+
+
+class EvalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bank: str = "smoke"
+    split: str | None = None
+    agent: str = "expert"
+    seeds: int = Field(1, ge=1, description="episodes per scenario, with seeds 0..seeds-1")
+    rigs: list[str] = Field(default_factory=lambda: ["alpamayo4"], min_length=1)
+    scenarios: list[str] | None = None  # a subset of the bank's scenario ids
+    workers: int = Field(0, ge=0, description="0: in-process; N: N Ray actors")
+    ray_address: str | None = None
+    video: bool = False
+    episode_timeout_s: float = Field(600.0, gt=0, description="wall-clock budget of one episode")
+    decision_every: int = Field(5, ge=1)
+    n_frames: int = Field(4, ge=1)
+    camera_size: tuple[int, int] = (128, 256)
+    leaderboard_version: str = "2.0"
+    extra_metrics: list[str] = Field(default_factory=list)
+    consistency: bool = True  # score the agent's reasoning against what it did (rules critic)
+    retries: int = Field(1, ge=0, description="re-runs of an episode whose worker crashed")
+
+    @field_validator("split")
+    @classmethod
+    def _split(cls, v: str | None) -> str | None:
+        if v not in (None, "train", "val", "test"):
+            raise ValueError(f"split must be train, val or test, got {v!r}")
+        return v
+
+    @field_validator("leaderboard_version")
+    @classmethod
+    def _lb(cls, v: str) -> str:
+        if v not in ("2.0", "2.1"):
+            raise ValueError(f"leaderboard_version must be '2.0' or '2.1', got {v!r}")
+        return v
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that decide episode results (not how they are computed or shown)."""
+        keep = ("bank", "split", "agent", "decision_every", "n_frames", "camera_size", "leaderboard_version")
+        return {k: v for k, v in self.model_dump(mode="json").items() if k in keep}
+
+
+def load_eval_config(path: str | Path | None = None, **overrides: Any) -> EvalConfig:
+    """Read ``path`` (a TOML file with the fields at top level or under ``[eval]``), then apply the
+    overrides that are not None."""
+    data: dict[str, Any] = {}
+    where = "command line"
+    if path is not None:
+        where = str(path)
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise EvalConfigError(f"{path}: no such eval config file") from None
+        except tomllib.TOMLDecodeError as e:
+            raise EvalConfigError(f"{path}: not valid TOML: {e}") from None
+        data = dict(raw.get("eval", raw))
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return EvalConfig(**data)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or '?'}: {err['msg']}" for err in e.errors())
+        raise EvalConfigError(f"{where}: {problems}") from None

@@ -1,0 +1,90 @@
+"""The report's figures as inline SVG strings (matplotlib's object API: no pyplot global state)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+COLORS = {"score": "#2b6cb0", "success": "#38a169", "bad": "#c53030", "lane": "#d9d9d9", "ego": "#2b6cb0"}
+
+
+def _svg(fig: Figure) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    text = buf.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog: the SVG is inlined in HTML
+
+
+def score_by_group(groups: Mapping[str, Mapping[str, Any]], title: str) -> str:
+    """Driving score and success rate per group (family, rig...)."""
+    names = list(groups)
+    fig = Figure(figsize=(max(5.0, 0.55 * len(names) + 2), 3.2))
+    ax = fig.add_subplot()
+    x = np.arange(len(names))
+    ax.bar(x - 0.2, [groups[n]["leaderboard"] for n in names], 0.4, label="driving score", color=COLORS["score"])
+    ax.bar(x + 0.2, [groups[n]["success"] for n in names], 0.4, label="success %", color=COLORS["success"])
+    ax.set_xticks(x, names, rotation=35, ha="right", fontsize=8)
+    ax.set_ylim(0, 105)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="y", alpha=0.3)
+    return _svg(fig)
+
+
+def infraction_breakdown(infractions: Mapping[str, int], distance_km: float) -> str:
+    fig = Figure(figsize=(5.0, 0.35 * max(len(infractions), 1) + 1.2))
+    ax = fig.add_subplot()
+    if infractions:
+        names = sorted(infractions, key=infractions.get)
+        ax.barh(names, [infractions[n] for n in names], color=COLORS["bad"])
+        ax.tick_params(labelsize=8)
+    else:
+        ax.text(0.5, 0.5, "no infractions", ha="center", va="center", transform=ax.transAxes)
+        ax.set_yticks([])
+    ax.set_title(f"infractions over {distance_km:.2f} km", fontsize=10)
+    ax.set_xlabel("count", fontsize=8)
+    return _svg(fig)
+
+
+def bev_trajectory(lanes: Sequence[np.ndarray], trace: Sequence[Sequence[float]], title: str,
+                   markers: Sequence[tuple[float, float, str]] = ()) -> str:  # fmt: skip
+    """Top view of one episode: lane polygons, the ego's path (start o, end x), infraction markers."""
+    fig = Figure(figsize=(3.4, 3.4))
+    ax = fig.add_subplot()
+    for poly in lanes:
+        ax.fill(poly[:, 0], poly[:, 1], color=COLORS["lane"], lw=0)
+    xy = np.asarray(trace, float).reshape(-1, 2)
+    if len(xy):
+        ax.plot(xy[:, 0], xy[:, 1], color=COLORS["ego"], lw=1.6)
+        ax.plot(*xy[0], "o", color=COLORS["ego"], ms=4)
+        ax.plot(*xy[-1], "x", color=COLORS["ego"], ms=6)
+        centre = (xy.min(0) + xy.max(0)) / 2
+        half = float((xy.max(0) - xy.min(0)).max()) / 2 + 25.0  # a square view keeps the aspect equal
+        ax.set_xlim(centre[0] - half, centre[0] + half)
+        ax.set_ylim(centre[1] - half, centre[1] + half)
+    for mx, my, label in markers:
+        ax.plot(mx, my, "*", color=COLORS["bad"], ms=10)
+        ax.annotate(label, (mx, my), fontsize=6, color=COLORS["bad"], xytext=(3, 3), textcoords="offset points")
+    ax.set_aspect("equal", adjustable="box")
+    ax.set_title(title, fontsize=8)
+    ax.tick_params(labelsize=6)
+    return _svg(fig)
+
+
+def rig_ablation(by_rig: Mapping[str, Mapping[str, Any]]) -> str:
+    """Route completion and lateral error per rig on curve and turn scenarios."""
+    rigs = list(by_rig)
+    fig = Figure(figsize=(max(6.0, 1.6 * len(rigs) + 3), 3.0))
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"wspace": 0.45})
+    ax.bar(rigs, [by_rig[r]["route_completion"] for r in rigs], color=COLORS["score"])
+    ax.set_ylim(0, 105)
+    ax.set_title("route completion %", fontsize=9)
+    ax2.bar(rigs, [by_rig[r]["lateral_error_m"] for r in rigs], color=COLORS["bad"])
+    ax2.set_title("mean |lateral error| (m)", fontsize=9)
+    for a in (ax, ax2):
+        a.tick_params(labelsize=7, axis="x", rotation=30)
+    return _svg(fig)

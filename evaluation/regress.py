@@ -1,0 +1,181 @@
+"""``loopdrive regress``: is the candidate run worse than the baseline run on the same bank?
+
+Episodes are paired by (scenario, seed, rig). The test is on the paired score differences:
+a one-sided paired bootstrap of the mean difference (default) or an exact sign test. A regression
+is a mean drop larger than ``tolerance`` points with p < alpha, or a must-pass scenario (by tag)
+that succeeded in the baseline and fails in the candidate. Exit codes: 1 regression, 0 none,
+2 unusable input (missing files, different banks, nothing to pair).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from evaluation.journal import JournalError, read_episodes
+from evaluation.summary import BOOTSTRAP_SAMPLES, scored, suite_score
+
+SCENARIO_DELTA = 5.0  # points: a per-scenario change this large is listed as regressed / improved
+
+
+class RegressInputError(ValueError):
+    """The two runs cannot be compared (exit code 2)."""
+
+
+@dataclass
+class Comparison:
+    metric: str
+    test: str
+    alpha: float
+    tolerance: float
+    bank: dict[str, Any]
+    baseline: str
+    candidate: str
+    n_pairs: int
+    baseline_mean: float
+    candidate_mean: float
+    mean_diff: float
+    ci95: tuple[float, float]
+    p_value: float
+    significant_drop: bool
+    regressed: list[dict[str, Any]] = field(default_factory=list)
+    improved: list[dict[str, Any]] = field(default_factory=list)
+    newly_failing_must_pass: list[dict[str, Any]] = field(default_factory=list)
+    unpaired: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.significant_drop or bool(self.newly_failing_must_pass)
+
+
+def _load_run(path: str | Path, role: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    p = Path(path)
+    summary_path = p / "summary.json"
+    if not summary_path.exists():
+        raise RegressInputError(f"{role} {p}: no summary.json (is this a `loopdrive eval` run folder?)")
+    try:
+        summary = json.loads(summary_path.read_text())
+        records = read_episodes(p)
+    except (json.JSONDecodeError, JournalError, FileNotFoundError) as e:
+        raise RegressInputError(f"{role} {p}: {e}") from None
+    return summary, {r["key"]: r for r in scored(records)}
+
+
+def sign_test_p(n_negative: int, n_positive: int) -> float:
+    """One-sided exact sign test: P(at most ``n_positive`` improvements) if changes were coin flips."""
+    n = n_negative + n_positive
+    if n == 0:
+        return 1.0
+    return sum(math.comb(n, k) for k in range(n_positive + 1)) / 2**n
+
+
+def bootstrap_p(diffs: np.ndarray, seed: int = 0) -> tuple[float, tuple[float, float]]:
+    """One-sided p-value of 'mean difference >= 0' and the 95% interval, by paired bootstrap."""
+    if np.all(diffs == diffs[0]):
+        return (0.0 if diffs[0] < 0 else 1.0), (float(diffs[0]), float(diffs[0]))
+    rng = np.random.default_rng(seed)
+    means = diffs[rng.integers(0, len(diffs), (BOOTSTRAP_SAMPLES, len(diffs)))].mean(1)
+    p = float((np.sum(means >= 0) + 1) / (len(means) + 1))
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    return p, (float(lo), float(hi))
+
+
+def compare(
+    baseline: str | Path,
+    candidate: str | Path,
+    metric: str = "leaderboard",
+    alpha: float = 0.05,
+    must_pass: list[str] | None = None,
+    test: str = "bootstrap",
+    tolerance: float = 0.5,
+) -> Comparison:
+    if test not in ("bootstrap", "sign"):
+        raise RegressInputError(f"--test must be 'bootstrap' or 'sign', got {test!r}")
+    base_sum, base = _load_run(baseline, "baseline")
+    cand_sum, cand = _load_run(candidate, "candidate")
+    if base_sum["bank"] != cand_sum["bank"]:
+        raise RegressInputError(f"the runs are on different banks: baseline {base_sum['bank']}, "
+                                f"candidate {cand_sum['bank']}")  # fmt: skip
+    keys = sorted(set(base) & set(cand))
+    if not keys:
+        raise RegressInputError("no episode (scenario, seed, rig) was scored in both runs")
+    try:
+        b = np.array([suite_score(base[k], metric) for k in keys])
+        c = np.array([suite_score(cand[k], metric) for k in keys])
+    except KeyError:
+        raise RegressInputError(f"metric {metric!r} is not in both runs' suites") from None
+    d = c - b
+    if test == "bootstrap":
+        p, ci = bootstrap_p(d)
+    else:
+        p = sign_test_p(int(np.sum(d < 0)), int(np.sum(d > 0)))
+        ci = bootstrap_p(d)[1]
+    rows = [_row(base[k], cand[k], metric) for k in keys]
+    tags = set(must_pass or [])
+    newly_failing = [
+        r for k, r in zip(keys, rows)
+        if tags and (tags & set(base[k].get("tags", [])) or "all" in tags)
+        and suite_score(base[k], "success") == 100.0 and suite_score(cand[k], "success") < 100.0
+    ]  # fmt: skip
+    return Comparison(
+        metric=metric, test=test, alpha=alpha, tolerance=tolerance, bank=cand_sum["bank"],
+        baseline=f"{base_sum['agent']} ({baseline})", candidate=f"{cand_sum['agent']} ({candidate})",
+        n_pairs=len(keys), baseline_mean=float(b.mean()), candidate_mean=float(c.mean()), mean_diff=float(d.mean()),
+        ci95=ci, p_value=p, significant_drop=bool(p < alpha and d.mean() < -tolerance),
+        regressed=sorted((r for r in rows if r["diff"] <= -SCENARIO_DELTA), key=lambda r: r["diff"]),
+        improved=sorted((r for r in rows if r["diff"] >= SCENARIO_DELTA), key=lambda r: -r["diff"]),
+        newly_failing_must_pass=newly_failing,
+        unpaired=sorted(set(base) ^ set(cand)),
+    )  # fmt: skip
+
+
+def _row(b: dict[str, Any], c: dict[str, Any], metric: str) -> dict[str, Any]:
+    sb, sc = suite_score(b, metric), suite_score(c, metric)
+    return {"key": b["key"], "scenario": b["scenario"], "family": b.get("family", ""), "baseline": sb,
+            "candidate": sc, "diff": sc - sb, "candidate_infractions": [i["type"] for i in c.get("infractions", [])],
+            "candidate_status": c["status"]}  # fmt: skip
+
+
+def to_markdown(cmp: Comparison) -> str:
+    verdict = "REGRESSION" if cmp.failed else "no significant regression"
+    lines = [
+        f"# Regression check: {verdict}",
+        "",
+        f"- bank: {cmp.bank['name']} v{cmp.bank['version']} (split {cmp.bank.get('split')})",
+        f"- baseline: {cmp.baseline}",
+        f"- candidate: {cmp.candidate}",
+        f"- metric: {cmp.metric}; {cmp.n_pairs} paired episodes; test: {cmp.test} (alpha {cmp.alpha}, "
+        f"tolerance {cmp.tolerance} points)",
+        f"- mean: {cmp.baseline_mean:.2f} -> {cmp.candidate_mean:.2f} (diff {cmp.mean_diff:+.2f}, "
+        f"95% CI {cmp.ci95[0]:+.2f} .. {cmp.ci95[1]:+.2f}, one-sided p {cmp.p_value:.4f})",
+        "",
+    ]
+    for title, rows in (("Newly failing must-pass scenarios", cmp.newly_failing_must_pass),
+                        (f"Regressed scenarios (<= -{SCENARIO_DELTA:g} points)", cmp.regressed),
+                        (f"Improved scenarios (>= +{SCENARIO_DELTA:g} points)", cmp.improved)):  # fmt: skip
+        lines.append(f"## {title}: {len(rows)}")
+        if rows:
+            lines += ["", "| episode | family | baseline | candidate | diff | candidate infractions |",
+                      "|---|---|---:|---:|---:|---|"]  # fmt: skip
+            lines += [f"| {r['key']} | {r['family']} | {r['baseline']:.1f} | {r['candidate']:.1f} | {r['diff']:+.1f} | "
+                      f"{', '.join(r['candidate_infractions']) or '-'} |" for r in rows]  # fmt: skip
+        lines.append("")
+    if cmp.unpaired:
+        lines.append(f"Unpaired episodes (scored in one run only): {len(cmp.unpaired)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(cmp: Comparison, out: str | Path) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "regress.md").write_text(to_markdown(cmp))
+    (out / "regress.json").write_text(json.dumps(asdict(cmp) | {"failed": cmp.failed}, indent=1))
+    env = Environment(loader=PackageLoader("evaluation", "templates"), autoescape=select_autoescape(["html"]))
+    (out / "regress.html").write_text(env.get_template("regress.html").render(c=cmp, delta=SCENARIO_DELTA))
+    return out

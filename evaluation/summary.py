@@ -1,0 +1,134 @@
+"""From episode records to ``summary.json``: means with bootstrap confidence intervals, per family,
+per tag and per rig, infractions, statuses, and where the numbers came from.
+
+The summary is a pure function of the records (sorted by key; no wall times, no dates), so a run
+resumed after a kill and an uninterrupted run write the same file. Episodes that ended in
+``agent_error`` or ``timeout`` are scored with the metrics they had reached (the agent's fault);
+``infra_error`` episodes are counted but not scored.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evaluation.episode import STATUSES
+
+HEADLINE_SUITES = ("leaderboard", "pdms", "alpasim", "comfort", "success")
+CURVE_AND_TURN_TAGS = frozenset({"curve", "sharp_curve", "turn_left", "turn_right"})
+BOOTSTRAP_SAMPLES = 2000
+
+
+def bootstrap_ci(values: Sequence[float], level: float = 0.95, samples: int = BOOTSTRAP_SAMPLES,
+                 seed: int = 0) -> tuple[float, float]:  # fmt: skip
+    """Percentile bootstrap interval of the mean (seeded: the same values give the same interval)."""
+    x = np.asarray(values, float)
+    if len(x) == 0:
+        return (float("nan"), float("nan"))
+    if len(x) == 1 or np.all(x == x[0]):
+        return (float(x[0]), float(x[0]))
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), (samples, len(x)))].mean(1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return (float(lo), float(hi))
+
+
+def scored(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records that carry metrics, in a fixed order."""
+    return sorted((r for r in records if r.get("suites")), key=lambda r: r["key"])
+
+
+def suite_score(record: dict[str, Any], suite: str) -> float:
+    return float(record["suites"][suite]["score"])
+
+
+def _stat(values: Sequence[float]) -> dict[str, Any]:
+    lo, hi = bootstrap_ci(values)
+    return {"mean": float(np.mean(values)) if len(values) else None, "ci95": [lo, hi], "n": len(values)}
+
+
+def _group(records: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {s: float(np.mean([suite_score(r, s) for r in records])) for s in HEADLINE_SUITES}
+    out["n"] = len(records)
+    out["route_completion"] = float(np.mean([r["suites"]["leaderboard"]["route_completion"] for r in records]))
+    out["lateral_error_m"] = float(np.mean([r.get("lateral_error_m", 0.0) for r in records]))
+    return out
+
+
+def git_revision() -> str | None:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if rev.returncode != 0:
+        return None
+    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def summarize(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta``: bank {name, version, split}, agent, config, expected episode count, git revision."""
+    records = sorted(records, key=lambda r: r["key"])
+    counts = dict.fromkeys(STATUSES, 0)
+    for r in records:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    done = scored(records)
+    out: dict[str, Any] = {
+        "bank": meta["bank"],
+        "agent": meta["agent"],
+        "episodes": {"total": len(records), "expected": meta.get("expected", len(records)), **counts},
+        "complete": len(records) >= meta.get("expected", len(records)),
+        "scoring": "episodes with status ok, agent_error or timeout; infra_error episodes are not scored",
+        "suites": {s: _stat([suite_score(r, s) for r in done]) for s in _suite_names(done)},
+    }
+    succ = [suite_score(r, "success") for r in done]
+    out["success_rate"] = float(np.mean(succ)) if succ else None
+    out["success_rate_ci95"] = list(bootstrap_ci(succ))
+    km = sum(r["suites"]["extra"]["distance_m"] for r in done) / 1000.0
+    infractions: dict[str, int] = defaultdict(int)
+    for r in done:
+        for inf in r["infractions"]:
+            infractions[inf["type"]] += 1
+    out["distance_km"] = km
+    out["infractions"] = dict(sorted(infractions.items()))
+    out["infractions_per_km"] = sum(infractions.values()) / km if km > 0 else None
+    out["comfort"] = out["suites"].get("comfort", {}).get("mean")
+    cons = [r["consistency"] for r in done if r.get("consistency") is not None]
+    out["consistency"] = {"mean": float(np.mean(cons)), "n": len(cons)} if cons else None
+    out["route_completion"] = _stat([r["suites"]["leaderboard"]["route_completion"] for r in done])
+    terms = sorted({k for r in done for k in r.get("reward_returns", {})})
+    out["reward_returns"] = {k: float(np.mean([r["reward_returns"].get(k, 0.0) for r in done])) for k in terms}
+    out["by_family"] = _by(done, lambda r: [r["family"]])
+    out["by_tag"] = _by(done, lambda r: r.get("tags", []))
+    out["by_rig"] = _by(done, lambda r: [r["rig"]])
+    out["rig_ablation"] = _by(done, lambda r: [r["rig"]] if CURVE_AND_TURN_TAGS & set(r["tags"]) else [])
+    out["failures"] = [
+        {"key": r["key"], "status": r["status"], "error": r.get("error")} for r in records if r["status"] != "ok"
+    ]
+    out["provenance"] = {"git": meta.get("git"), "config": meta.get("config")}
+    return out
+
+
+def _suite_names(done: list[dict[str, Any]]) -> list[str]:
+    names = [s for s in HEADLINE_SUITES if done and s in done[0]["suites"]]
+    extra = sorted({k for r in done for k in r["suites"] if k not in HEADLINE_SUITES and k != "extra"})
+    return names + extra
+
+
+def _split(records: list[dict[str, Any]], keys) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        for k in keys(r):
+            groups[k].append(r)
+    return dict(sorted(groups.items()))
+
+
+def _by(records: list[dict[str, Any]], keys) -> dict[str, dict[str, Any]]:
+    return {k: _group(rs) for k, rs in _split(records, keys).items()}
