@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -69,7 +70,11 @@ def run_on_ray(todo: list[Task], config: EvalConfig, out: Path,
 
     budget = config.episode_timeout_s + 30.0
     queue = deque((t, 0) for t in todo)
-    idle = [spawn() for _ in range(min(config.workers, len(todo)))]
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    if config.workers > cpus:  # an actor that can never be scheduled would hold its episode forever
+        warnings.warn(f"{config.workers} workers asked for, the Ray cluster has {cpus} CPU(s): using {cpus}",
+                      stacklevel=2)  # fmt: skip
+    idle = [spawn() for _ in range(min(config.workers, cpus, len(todo)))]
     fresh = set(map(id, idle))
     pending: dict[Any, tuple[Any, Task, float, int]] = {}
     try:

@@ -31,6 +31,8 @@ def plan_tasks(config: EvalConfig) -> tuple[Any, list[Task]]:
     bank = load_bank(config.bank, split=config.split)
     ids = [s.id for s in bank.scenarios]
     if config.scenarios is not None:
+        if not config.scenarios:
+            raise EvalConfigError("scenarios: the list is empty (leave it out to run the whole bank)")
         unknown = sorted(set(config.scenarios) - set(ids))
         if unknown:
             raise EvalConfigError(f"scenarios: {unknown[:5]} not in bank {bank.name!r} (split {config.split})")
