@@ -79,8 +79,13 @@ def main() -> None:
         torch.set_num_threads(1)
         torch.manual_seed(0)
         VLA(VLAConfig(size="tiny")).save_pretrained(tmp / "vla")
-        vla = EvalConfig(bank=args.bank, split=args.split, agent=f"vla:{tmp / 'vla'}", scenarios=ids[: args.vla_episodes],
-                         episode_timeout_s=3600)  # fmt: skip
+        vla = EvalConfig(
+            bank=args.bank,
+            split=args.split,
+            agent=f"vla:{tmp / 'vla'}",
+            scenarios=ids[: args.vla_episodes],
+            episode_timeout_s=3600,
+        )
         wall, recs = run(vla, tmp / "vla_run")
         sh = shares(recs)
         decisions = sum(r.get("decisions", 0) for r in recs)
@@ -89,8 +94,13 @@ def main() -> None:
         results.append({"name": "tiny VLA decisions/s", "value": round(decisions / wall, 2), "unit": "decisions/s"})
         for k, v in sh.items():
             results.append({"name": f"tiny VLA wall-time share: {k}", "value": round(100 * v, 1), "unit": "%"})
-        results.append({"name": "tiny VLA suite overhead (all but the agent)", "value": round(100 * (1 - sh["agent"]), 1),
-                        "unit": "%"})  # fmt: skip
+        results.append(
+            {
+                "name": "tiny VLA suite overhead (all but the agent)",
+                "value": round(100 * (1 - sh["agent"]), 1),
+                "unit": "%",
+            }
+        )
     print(json.dumps({"benchmark": "eval_throughput", "machine": machine_info(), "bank": args.bank,
                       "split": args.split, "results": results}, indent=1))  # fmt: skip
 
