@@ -18,7 +18,7 @@ class ConstantVelocity(BaseAgent):
     observations = ("ego_state",)
 
     def act(self, observation: dict[str, Any]) -> AgentOutput:
-        speed, yaw_rate = _speed_and_yaw_rate(observation)
+        speed, yaw_rate = speed_and_yaw_rate(observation)
         if abs(yaw_rate) < 1e-4 or speed < 0.1:
             traj = np.stack([speed * HORIZON, np.zeros(64), np.zeros(64)], 1)
         else:
@@ -34,7 +34,7 @@ class Stop(BaseAgent):
     observations = ("ego_state",)
 
     def act(self, observation: dict[str, Any]) -> AgentOutput:
-        speed, _ = _speed_and_yaw_rate(observation)
+        speed, _ = speed_and_yaw_rate(observation)
         decel = 3.0
         t_stop = speed / decel
         t = np.minimum(HORIZON, t_stop)
@@ -43,7 +43,7 @@ class Stop(BaseAgent):
         return AgentOutput(traj, "Stop and stay stopped.")
 
 
-def _speed_and_yaw_rate(observation: dict[str, Any]) -> tuple[float, float]:
+def speed_and_yaw_rate(observation: dict[str, Any]) -> tuple[float, float]:
     if "ego_state" in observation:
         s = observation["ego_state"]
         return float(s[0]), float(s[2])

@@ -1,5 +1,6 @@
 """Agents by spec string: ``expert``, ``constant_velocity``, ``stop``, ``vla:PATH`` (a saved VLA;
-``vla:PATH?reasoning=0`` for trajectory only), or ``my_pkg.agents:MyAgent``."""
+``vla:PATH?reasoning=0`` for trajectory only), ``sb3:PATH`` (a stable-baselines3 zip, loaded without
+pickle), or ``my_pkg.agents:MyAgent``."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ def load_agent(spec: str) -> Agent:
         if not (Path(path) / "vla_config.json").exists():
             raise AgentSpecError(f"agent {spec!r}: {path} is not a saved VLA (no vla_config.json)")
         return VLAAgent(path, reasoning=query != "reasoning=0")
+    if spec.startswith("sb3:"):
+        from agents.sb3 import SB3Agent, SB3FormatError
+
+        try:
+            return SB3Agent(spec[4:])
+        except SB3FormatError as e:
+            raise AgentSpecError(f"agent {spec!r}: {e}") from None
     if ":" not in spec:
         raise AgentSpecError(f"unknown agent {spec!r}: use one of {sorted(BUILTIN)} or 'package.module:ClassName'")
     module, _, attr = spec.partition(":")

@@ -105,3 +105,42 @@ def test_expert_reasoning_is_consistent_with_what_it_does(smoke):
     causes = scene_facts(world).causes
     score = consistency_score(out.reasoning, out.trajectory, causes, speed0=float(world.state.speed[0]))
     assert score.overall >= 0.75, score.details
+
+
+def test_sb3_policies_load_without_pickle(tmp_path):
+    """A stable-baselines3 zip runs as ``sb3:PATH`` with the same actions as SB3's own (pickle) loader."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+
+    from agents.sb3 import control_rollout
+
+    for env_id, name in (("LoopDriveControl-v0", "control"), ("LoopDriveState-v0", "trajectory")):
+        env = gym.make(env_id, bank="smoke", scenario="curve-000")
+        model = PPO("MultiInputPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0,
+                    policy_kwargs={"net_arch": [16, 16]})  # fmt: skip
+        model.learn(32)
+        model.save(tmp_path / name)
+        agent = load_agent(f"sb3:{tmp_path / name}.zip")
+        assert agent.control == (name == "control")
+        obs, _ = env.reset(seed=0)
+        ours = agent.act(obs)
+        theirs, _ = PPO.load(tmp_path / f"{name}.zip").predict(obs, deterministic=True)  # our own file: safe
+        if agent.control:
+            np.testing.assert_allclose(ours.extras["control"], theirs, atol=1e-6)
+            speed = float(obs["state"][0])
+            np.testing.assert_allclose(ours.trajectory, control_rollout(speed, *theirs), atol=1e-6)
+        else:
+            np.testing.assert_allclose(ours.trajectory, theirs, atol=1e-6)
+
+    straight = control_rollout(10.0, 0.0, 0.0)
+    np.testing.assert_allclose(straight[:, 0], 10.0 * np.arange(1, 65) * 0.1, rtol=1e-5)
+    assert np.abs(straight[:, 1:]).max() == 0.0
+
+    custom = PPO("MultiInputPolicy", gym.make("LoopDriveControl-v0", bank="smoke"),
+                 policy_kwargs={"activation_fn": torch.nn.ReLU})  # fmt: skip
+    custom.save(tmp_path / "custom")
+    with pytest.raises(AgentSpecError, match="only pickle can restore"):
+        load_agent(f"sb3:{tmp_path / 'custom'}.zip")
+    with pytest.raises(AgentSpecError, match="no such file"):
+        load_agent(f"sb3:{tmp_path / 'missing.zip'}")
