@@ -80,23 +80,18 @@ class ExpertLayer(nn.Module):
         self.up = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
         self.down = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
 
-    def forward(self, h: torch.Tensor, ctx: tuple[torch.Tensor, torch.Tensor] | None, ctx_mask: torch.Tensor | None):
+    def forward(self, h: torch.Tensor, ctx: tuple[torch.Tensor, torch.Tensor] | None, mask: torch.Tensor | None):
+        """``mask`` [B, 1, 1, T_ctx + N] (True = attend) covers the cache and the action tokens, or None."""
         c = self.c
         B, N, _ = h.shape
         x = self.norm1(h)
         q = self.q(x).view(B, N, c.num_heads, c.head_dim).transpose(1, 2)
         k = self.k(x).view(B, N, c.num_kv_heads, c.head_dim).transpose(1, 2)
         v = self.v(x).view(B, N, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        mask = None
         if ctx is not None:
-            ck, cv = ctx
-            k, v = torch.cat([ck.to(k.dtype), k], 2), torch.cat([cv.to(v.dtype), v], 2)
-            if ctx_mask is not None:
-                own = torch.ones(B, N, dtype=torch.bool, device=h.device)
-                mask = torch.cat([ctx_mask.bool(), own], 1)[:, None, None, :]
-        rep = c.num_heads // c.num_kv_heads
-        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # non-causal
+            k, v = torch.cat([ctx[0], k], 2), torch.cat([ctx[1], v], 2)
+        # grouped-query attention without materialising repeated key / value heads
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=c.num_heads != c.num_kv_heads)
         h = h + self.o(att.transpose(1, 2).reshape(B, N, -1))
         x = self.norm2(h)
         return h + self.down(F.silu(self.gate(x)) * self.up(x))
@@ -122,9 +117,15 @@ class ActionExpert(nn.Module):
         B, N, _ = x_t.shape
         feats = torch.cat([x_t, t.view(B, 1, 1).expand(B, N, 1)], -1)
         h = self.embed(self.fourier(feats)) + self.position[:N]
+        mask = None
+        if context and context_mask is not None:  # built once per call, shared by every layer
+            own = torch.ones(B, N, dtype=torch.bool, device=h.device)
+            mask = torch.cat([context_mask.bool(), own], 1)[:, None, None, :]
         for i, layer in enumerate(self.layers):
             ctx = context[i % len(context)] if context else None
-            h = layer(h, ctx, context_mask)
+            if ctx is not None and ctx[0].dtype != h.dtype:
+                ctx = (ctx[0].to(h.dtype), ctx[1].to(h.dtype))
+            h = layer(h, ctx, mask)
         return self.head(self.norm(h))
 
 
