@@ -48,7 +48,8 @@ def measure(model, observations, args, dtype) -> list[dict]:
         (ctx, mask), t_encode = timed(lambda: model.encode(data), args.device, args.repeats)
         _, t_reason = timed(lambda: model.reason(data, args.reasoning_tokens), args.device, max(2, args.repeats // 3))
         steps = model.config.flow_steps
-        _, t_flow = timed(lambda: sample_ode(model.expert, batch, ctx, mask, steps, device=args.device, dtype=dtype),
+        _, t_flow = timed(lambda: sample_ode(model.expert, batch, ctx, mask, steps, device=args.device, dtype=dtype,
+                                             state=data["state"]),
                           args.device, args.repeats)  # fmt: skip
     pre = f"{args.size}_b{batch}"
     return [

@@ -6,6 +6,8 @@ tracks it, cameras are rendered for the last ``n_frames`` of those steps, and re
 events are accumulated over them. ``info["reward_terms"]`` holds every term's total for the step,
 ``info["events"]`` the step's events, ``info["metrics"]`` the episode summary at the end.
 
+``reset(options={"scenario": id, "ego_offset": (lateral_m, heading_rad)})`` picks the scenario and
+optionally perturbs the ego's start (recovery data for imitation learning).
 ``step_hooks`` (callables ``hook(env)``) run after every 0.1 s world step (an evaluation's video
 recorder uses it); ``render_seconds`` accumulates the time spent rendering cameras, so a profiler
 can split a step into simulation and rendering.
@@ -147,6 +149,12 @@ class LoopDriveEnv(gym.Env):
             self.world.reset(world_seed)
         else:
             self.world = World(scn, world_seed, compiled)
+        if "ego_offset" in options:  # a perturbed start (recovery data): (lateral m, heading rad)
+            lateral, heading = (float(v) for v in options["ego_offset"])
+            st = self.world.state
+            st.x[0] -= lateral * math.sin(st.yaw[0])
+            st.y[0] += lateral * math.cos(st.yaw[0])
+            st.yaw[0] += heading
         self.scenario = scn
         self.controller = TrajectoryController()
         self.history.reset(self.world)

@@ -7,6 +7,8 @@ Subcommands import their layer lazily so ``loopdrive bank validate`` starts fast
                  [--ray-address ADDR] [--rig R[,R2]] [--video] [--config eval.toml]
   loopdrive regress --baseline DIR --candidate DIR [--must-pass TAGS] [--alpha 0.05]
   loopdrive report DIR                 (rebuild report.html from a run's journal)
+  loopdrive collect --bank core --split train --agent expert --out data/x.zarr [--seeds K] [...]
+  loopdrive train --config configs/sft_tiny.toml [--set a.b=v] [--run-dir DIR | --resume DIR]
   loopdrive demo [--bank smoke] [--out runs/demo] [--no-video]
   loopdrive serve-rewards [--host 127.0.0.1] [--port 8765]   (token from LOOPDRIVE_REWARD_TOKEN)
 """
@@ -93,7 +95,9 @@ def _serve_rewards(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from loopdrive.demo import run_demo
 
-    return run_demo(args.bank, Path(args.out), video=not args.no_video, split=args.split, agents=args.agents)
+    return run_demo(
+        args.bank, Path(args.out), video=not args.no_video, split=args.split, agents=args.agents, sft=not args.no_sft
+    )
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -150,6 +154,31 @@ def _report(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"{run}: no summary.json (is this a `loopdrive eval` run folder?)")
     print(write_report(run, json.loads(summary_path.read_text()), read_episodes(run)))
     return 0
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from training.data import CollectConfig, card_path, collect
+
+    cfg = CollectConfig(
+        bank=args.bank, split=args.split, agent=args.agent, seeds=args.seeds, rig=args.rig, n_frames=args.n_frames,
+        decision_every=args.decision_every, teacher=args.teacher, perturb_fraction=args.perturb_fraction,
+        scenarios=args.scenarios.split(",") if args.scenarios else None, max_episodes=args.max_episodes,
+    )  # fmt: skip
+    card = collect(cfg, args.out)
+    f = card["labels"].get("filter", {})
+    print(
+        f"{card['samples']} samples from {card['episodes_complete']} episodes in {args.out} "
+        f"(filter kept {f.get('kept', 0)}, rejected {f.get('rejected', 0)}); card: {card_path(args.out)}"
+    )
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from training.run import main as run_main
+
+    argv = (["--config", args.config] if args.config else []) + [x for s in args.set for x in ("--set", s)]
+    argv += (["--run-dir", args.run_dir] if args.run_dir else []) + (["--resume", args.resume] if args.resume else [])
+    return run_main(argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -219,12 +248,37 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("run")
     rp.set_defaults(fn=_report)
 
-    demo = sub.add_parser("demo", help="evaluate the expert and a baseline on a bank, with videos and reports")
+    co = sub.add_parser("collect", help="record labelled driving data (zarr) for SFT; resumable")
+    co.add_argument("--bank", default="core")
+    co.add_argument("--split", choices=["train", "val", "test"], default="train")
+    co.add_argument("--agent", default="expert")
+    co.add_argument("--out", required=True, help="zarr path, e.g. data/core_train.zarr")
+    co.add_argument("--seeds", type=int, default=1)
+    co.add_argument("--rig", default="alpamayo4")
+    co.add_argument("--n-frames", type=int, default=4)
+    co.add_argument("--decision-every", type=int, default=5)
+    co.add_argument("--teacher", default="template", help="template, or a critic spec whose LM writes the reasoning")
+    co.add_argument("--perturb-fraction", type=float, default=0.0, help="extra episodes started off-centre")
+    co.add_argument("--scenarios", help="comma-separated subset of scenario ids")
+    co.add_argument("--max-episodes", type=int)
+    co.set_defaults(fn=_collect)
+
+    tr = sub.add_parser("train", help="training/run.py: SFT (and later RL) from a recipe")
+    tr.add_argument("--config")
+    tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    tr.add_argument("--run-dir")
+    tr.add_argument("--resume", metavar="RUN_DIR")
+    tr.set_defaults(fn=_train)
+
+    demo = sub.add_parser(
+        "demo", help="short SFT of the tiny VLA, then expert vs VLA vs baseline on a bank, with videos and reports"
+    )
     demo.add_argument("--bank", default="smoke")
     demo.add_argument("--agents", default="expert,constant_velocity", help="comma-separated agent specs")
     demo.add_argument("--split", choices=["train", "val", "test"])
     demo.add_argument("--out", default="runs/demo")
     demo.add_argument("--no-video", action="store_true")
+    demo.add_argument("--no-sft", action="store_true", help="skip the short SFT of the tiny VLA")
     demo.set_defaults(fn=_demo)
     return p
 

@@ -1,6 +1,7 @@
 """Alpamayo's unicycle action space: per step (acceleration, curvature), integrated to (x, y, yaw).
 
-Bounds: acceleration +-9.8 m/s^2, curvature +-0.2 1/m, normalised to [-1, 1] for the flow head.
+Bounds: acceleration +-9.8 m/s^2, curvature +-0.2 1/m. The flow head works on standardised actions
+(the training data's mean and std, kept in the model's config), or bound-scaled ones by default.
 Integration per 0.1 s step: v += a dt; yaw += k v dt + k a dt^2 / 2; x, y trapezoidal. The initial
 speed comes from the ego history (regularised least squares over its speeds).
 """
@@ -15,13 +16,23 @@ DT = 0.1
 STEPS = 64
 
 
-def normalise(actions: torch.Tensor) -> torch.Tensor:
-    """(accel, curvature) -> [-1, 1]^2."""
-    return actions / actions.new_tensor([ACCEL_MAX, CURV_MAX])
+def normalise(actions: torch.Tensor, mean=None, std=None) -> torch.Tensor:
+    """(accel, curvature) -> the flow head's space: ``(a - mean) / std`` with the training data's
+    statistics, or the bounds (-> [-1, 1]) when none are given. Standardising matters: driving
+    curvatures are a few hundredths of the 0.2 bound, so bound-scaled targets would be tiny next to
+    the unit noise of flow matching and the head would barely see the road's shape."""
+    mean = actions.new_zeros(2) if mean is None else actions.new_tensor(mean)
+    std = actions.new_tensor([ACCEL_MAX, CURV_MAX] if std is None else std)
+    return (actions - mean) / std
 
 
-def denormalise(u: torch.Tensor) -> torch.Tensor:
-    return u.clamp(-1.0, 1.0) * u.new_tensor([ACCEL_MAX, CURV_MAX])
+def denormalise(u: torch.Tensor, mean=None, std=None) -> torch.Tensor:
+    """Back to physical (accel, curvature), clipped to the bounds."""
+    bounds = u.new_tensor([ACCEL_MAX, CURV_MAX])
+    if std is None:
+        return u.clamp(-1.0, 1.0) * bounds
+    a = u * u.new_tensor(std) + u.new_tensor(mean if mean is not None else [0.0, 0.0])
+    return torch.maximum(torch.minimum(a, bounds), -bounds)
 
 
 def integrate(actions: torch.Tensor, v0: torch.Tensor, dt: float = DT) -> torch.Tensor:
@@ -37,14 +48,15 @@ def integrate(actions: torch.Tensor, v0: torch.Tensor, dt: float = DT) -> torch.
     return torch.stack([x, y, yaw_next], -1)
 
 
-def from_trajectory(traj: torch.Tensor, v0: torch.Tensor, dt: float = DT, smooth: float = 1e-7) -> torch.Tensor:
+def from_trajectory(traj: torch.Tensor, v0: torch.Tensor, dt: float = DT, smooth: float = 1e-4) -> torch.Tensor:
     """The (accel, curvature) sequence that reproduces an ego-frame trajectory ``[B, T, 3]``
     (the training target of the flow head), clipped to the action bounds.
 
     Speeds come from one least-squares solve of the trapezoidal position equations
     0.5 dt (v_{t-1} u_{t-1} + v_t u_t) = p_t - p_{t-1} (u = heading unit vectors from the yaw
-    channel) with a small smoothness term (raise ``smooth`` for noisy logs: differencing positions
-    twice amplifies centimetre noise into m/s^2).
+    channel) with a smoothness term on the change of acceleration. Without it (or with a very small
+    one) the trapezoidal equations let speeds zig-zag from step to step: on simulator logs that
+    turned a gentle 1.5 m/s^2 braking into alternating +-9.8 m/s^2 (28% of actions clipped).
     """
     B, T, _ = traj.shape
     dtype = traj.dtype
@@ -62,12 +74,20 @@ def from_trajectory(traj: torch.Tensor, v0: torch.Tensor, dt: float = DT, smooth
             A[:, 2 * t : 2 * t + 2, t - 1] = 0.5 * dt * u[:, t]
         else:
             rhs[:, 0:2] -= 0.5 * dt * v0.unsqueeze(-1) * u[:, 0]
-        # smoothness rows: sqrt(smooth) (v_t - v_{t-1})
-        A[:, 2 * T + t, t] = smooth**0.5
-        if t > 0:
-            A[:, 2 * T + t, t - 1] = -(smooth**0.5)
+        # smoothness rows on the change of acceleration: sqrt(smooth) (v_t - 2 v_{t-1} + v_{t-2}),
+        # with v_{-1} = v0 known (a first-difference penalty would bias every acceleration to zero)
+        w = smooth**0.5
+        A[:, 2 * T + t, t] = w
+        if t >= 1:
+            A[:, 2 * T + t, t - 1] = -2 * w
         else:
-            rhs[:, 2 * T] = smooth**0.5 * v0
+            rhs[:, 2 * T + t] += 2 * w * v0
+        if t >= 2:
+            A[:, 2 * T + t, t - 2] = w
+        elif t == 1:
+            rhs[:, 2 * T + t] -= w * v0
+        else:  # t == 0: v_{-2} unknown; use v0 for it (zero acceleration before the plan)
+            rhs[:, 2 * T + t] -= w * v0
     v = torch.linalg.lstsq(A, rhs.unsqueeze(-1)).solution.squeeze(-1).clamp_min(0.0).to(dtype)
     v_prev = torch.cat([v0.unsqueeze(-1), v[:, :-1]], 1)
     a = (v - v_prev) / dt

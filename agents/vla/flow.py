@@ -35,6 +35,7 @@ class ExpertConfig:
     steps: int = 64  # action tokens
     action_dim: int = 2
     fourier_features: int = 16
+    state_dim: int = 0  # > 0: one extra token from the ego state and route (as pi0's proprioceptive token)
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -46,13 +47,18 @@ class ExpertConfig:
 
 
 class FourierFeatures(nn.Module):
-    def __init__(self, n: int, max_freq: float = 64.0) -> None:
+    """The value itself plus sin / cos at log-spaced frequencies. The lowest period (8 units) spans the
+    noisy actions' range: with periods of 2 or less alone, x and x + 2 look alike and the head cannot
+    read the noisy action it must denoise."""
+
+    def __init__(self, n: int, min_freq: float = 0.25, max_freq: float = 64.0) -> None:
         super().__init__()
-        self.register_buffer("freqs", torch.logspace(0, math.log10(max_freq), n) * math.pi, persistent=False)
+        freqs = torch.logspace(math.log10(min_freq), math.log10(max_freq), n) * math.pi
+        self.register_buffer("freqs", freqs, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = x.unsqueeze(-1) * self.freqs
-        return torch.cat([z.sin(), z.cos()], -1).flatten(-2)
+        return torch.cat([x.unsqueeze(-1), z.sin(), z.cos()], -1).flatten(-2)
 
 
 class RMSNorm(nn.Module):
@@ -102,21 +108,38 @@ class ActionExpert(nn.Module):
         super().__init__()
         self.config = c
         self.fourier = FourierFeatures(c.fourier_features)
-        n_in = (c.action_dim + 1) * 2 * c.fourier_features
+        n_in = (c.action_dim + 1) * (2 * c.fourier_features + 1)
         self.embed = nn.Sequential(nn.Linear(n_in, c.hidden_size), nn.SiLU(), nn.Linear(c.hidden_size, c.hidden_size),
                                    nn.LayerNorm(c.hidden_size))  # fmt: skip
         self.position = nn.Parameter(torch.zeros(c.steps, c.hidden_size))
+        if c.state_dim:
+            self.state_embed = nn.Sequential(nn.Linear(c.state_dim, c.hidden_size), nn.SiLU(),
+                                             nn.Linear(c.hidden_size, c.hidden_size))  # fmt: skip
         self.layers = nn.ModuleList(ExpertLayer(c) for _ in range(c.num_layers))
         self.norm = RMSNorm(c.hidden_size)
         self.head = nn.Linear(c.hidden_size, c.action_dim)
         nn.init.normal_(self.position, std=0.02)
 
-    def forward(self, x_t: torch.Tensor, t: torch.Tensor, context: Context | None = None,
-                context_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-        """Velocity ``[B, 64, 2]`` at noisy actions ``x_t`` and flow time ``t`` ``[B]``."""
+    def forward(
+        self,
+        x_t: torch.Tensor,
+        t: torch.Tensor,
+        context: Context | None = None,
+        context_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Velocity ``[B, 64, 2]`` at noisy actions ``x_t`` and flow time ``t`` ``[B]`` (``state``
+        ``[B, state_dim]``: the ego-state token's features, when the expert has one)."""
         B, N, _ = x_t.shape
         feats = torch.cat([x_t, t.view(B, 1, 1).expand(B, N, 1)], -1)
         h = self.embed(self.fourier(feats)) + self.position[:N]
+        n_state = 0
+        if self.config.state_dim:
+            if state is None:
+                raise ValueError("this action expert has a state token: pass state [B, state_dim]")
+            h = torch.cat([self.state_embed(state.to(h.dtype)).unsqueeze(1), h], 1)
+            n_state = 1
+        N = N + n_state
         mask = None
         if context and context_mask is not None:  # built once per call, shared by every layer
             own = torch.ones(B, N, dtype=torch.bool, device=h.device)
@@ -126,13 +149,13 @@ class ActionExpert(nn.Module):
             if ctx is not None and ctx[0].dtype != h.dtype:
                 ctx = (ctx[0].to(h.dtype), ctx[1].to(h.dtype))
             h = layer(h, ctx, mask)
-        return self.head(self.norm(h))
+        return self.head(self.norm(h[:, n_state:]))
 
 
 # --- training ----------------------------------------------------------------------------------------------
 def flow_matching_loss(expert: ActionExpert, x1: torch.Tensor, context: Context | None = None,
-                       context_mask: torch.Tensor | None = None, generator: torch.Generator | None = None
-                       ) -> torch.Tensor:  # fmt: skip
+                       context_mask: torch.Tensor | None = None, generator: torch.Generator | None = None,
+                       state: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """MSE between predicted and target velocity (x - eps) at t ~ Beta(1.5, 1) (mapped to [0.001, 0.999])."""
     B = x1.shape[0]
     beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
@@ -143,19 +166,20 @@ def flow_matching_loss(expert: ActionExpert, x1: torch.Tensor, context: Context 
     t = 0.001 + 0.998 * t
     eps = torch.randn(x1.shape, generator=generator, device=x1.device, dtype=x1.dtype)
     x_t = t.view(B, 1, 1) * x1 + (1 - t.view(B, 1, 1)) * eps
-    return F.mse_loss(expert(x_t, t, context, context_mask), x1 - eps)
+    return F.mse_loss(expert(x_t, t, context, context_mask, state), x1 - eps)
 
 
 # --- sampling -------------------------------------------------------------------------------------------------
 @torch.no_grad()
 def sample_ode(expert: ActionExpert, batch: int, context: Context | None = None, context_mask=None, steps: int = 10,
-               generator: torch.Generator | None = None, device=None, dtype=torch.float32) -> torch.Tensor:  # fmt: skip
+               generator: torch.Generator | None = None, device=None, dtype=torch.float32,
+               state: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """Euler integration of the learned ODE from noise (t = 0) to actions (t = 1)."""
     c = expert.config
     x = torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
     for i in range(steps):
         t = torch.full((batch,), i / steps, device=x.device, dtype=dtype)
-        x = x + expert(x, t, context, context_mask) / steps
+        x = x + expert(x, t, context, context_mask, state) / steps
     return x
 
 
@@ -179,7 +203,7 @@ def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: float) -> torch.
 
 def sample_sde(expert: ActionExpert, batch: int, context: Context | None = None, context_mask=None, steps: int = 10,
                noise_level: float = 0.5, stochastic: str = "one", generator: torch.Generator | None = None,
-               device=None, dtype=torch.float32):  # fmt: skip
+               device=None, dtype=torch.float32, state: torch.Tensor | None = None):  # fmt: skip
     """Sample with the ODE turned into an SDE on ``stochastic`` steps ("one" random step, or "all").
 
     Returns (actions [B, 64, 2], chain [steps + 1, B, 64, 2], stochastic mask [steps] bool,
@@ -198,7 +222,7 @@ def sample_sde(expert: ActionExpert, batch: int, context: Context | None = None,
     with torch.no_grad():
         for i in range(steps):
             t = torch.full((batch,), i / steps, device=x.device, dtype=dtype)
-            v = expert(x, t, context, context_mask)
+            v = expert(x, t, context, context_mask, state)
             if mask[i]:
                 mean, std = _sde_step_params(x, v, i, steps, noise_level)
                 noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=dtype)
@@ -210,8 +234,15 @@ def sample_sde(expert: ActionExpert, batch: int, context: Context | None = None,
     return x, torch.stack(chain), mask, logp
 
 
-def log_prob(expert: ActionExpert, chain: torch.Tensor, mask: torch.Tensor, context: Context | None = None,
-             context_mask=None, noise_level: float = 0.5) -> torch.Tensor:  # fmt: skip
+def log_prob(
+    expert: ActionExpert,
+    chain: torch.Tensor,
+    mask: torch.Tensor,
+    context: Context | None = None,
+    context_mask=None,
+    noise_level: float = 0.5,
+    state: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Log-probability [B] of a stored denoising chain under the expert's current weights (with grad)."""
     steps = chain.shape[0] - 1
     batch = chain.shape[1]
@@ -221,6 +252,6 @@ def log_prob(expert: ActionExpert, chain: torch.Tensor, mask: torch.Tensor, cont
             continue
         x = chain[i]
         t = torch.full((batch,), i / steps, device=x.device, dtype=x.dtype)
-        mean, std = _sde_step_params(x, expert(x, t, context, context_mask), i, steps, noise_level)
+        mean, std = _sde_step_params(x, expert(x, t, context, context_mask, state), i, steps, noise_level)
         logp = logp + gaussian_log_prob(chain[i + 1], mean, std)
     return logp

@@ -24,7 +24,15 @@ from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessorPil
 
 from agents.vla import action_space
 from agents.vla.flow import ActionExpert, ExpertConfig, flow_matching_loss, log_prob, sample_ode, sample_sde
-from agents.vla.tokenizer import COMMANDS, COT_END, COT_START, SPECIAL, build_tokenizer, history_tokens
+from agents.vla.tokenizer import (
+    COMMANDS,
+    COT_END,
+    COT_START,
+    SPECIAL,
+    build_tokenizer,
+    history_tokens,
+    route_tokens,
+)
 
 SYSTEM = "You are a driving assistant."
 INSTRUCTION = "output the chain-of-thought reasoning of the driving process, then output the future trajectory"
@@ -44,6 +52,8 @@ class VLAConfig:
     flow_steps: int = 10
     seed: int = 0
     backbone_path: str | None = None  # a local pretrained Qwen2.5-VL / Qwen3-VL folder (overrides ``size``)
+    action_mean: tuple[float, float] | None = None  # (accel, curvature) statistics of the training data;
+    action_std: tuple[float, float] | None = None  # None: scale by the bounds
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -120,6 +130,24 @@ def _local_backbone(path: Path, tokenizer: PreTrainedTokenizerFast | None):
     return model, tok
 
 
+STATE_FEATURES = 7 + 16 + 4
+_EGO_SCALE = np.array([20.0, 5.0, 0.5, 0.5, 20.0, 2.0, 0.5], np.float32)  # speed, accel, yaw rate, steer, limit,
+# lateral and heading error to the route
+
+
+def state_features(obs: dict[str, Any]) -> np.ndarray:
+    """The action expert's state token input: ego state, the route's lateral offsets every 4 m to 64 m,
+    and the command (one-hot), scaled to about [-1, 1]. Missing keys read as zeros."""
+    out = np.zeros(STATE_FEATURES, np.float32)
+    if "ego_state" in obs:
+        out[:7] = np.asarray(obs["ego_state"], np.float32)[:7] / _EGO_SCALE
+    if "route" in obs:
+        out[7:23] = np.clip(np.asarray(obs["route"], np.float32)[1::2, 1] / 10.0, -3.0, 3.0)
+    if "command" in obs:
+        out[23 + int(obs["command"])] = 1.0
+    return out
+
+
 def patchify(images: np.ndarray, mean: np.ndarray, std: np.ndarray, patch: int = 14, merge: int = 2,
              temporal: int = 2) -> np.ndarray:  # fmt: skip
     """Qwen-VL pixel patches from ``[N, H, W, 3]`` uint8 images, in the layout its image processor
@@ -153,6 +181,7 @@ class VLA(nn.Module):
         self.expert = ActionExpert(ExpertConfig(
             hidden_size=heads * head_dim, num_layers=tc.num_hidden_layers, num_heads=heads,
             num_kv_heads=tc.num_key_value_heads, head_dim=head_dim, intermediate_size=2 * heads * head_dim,
+            state_dim=STATE_FEATURES,
         ))  # fmt: skip
         proc = Qwen2VLImageProcessorPil()  # only its normalisation constants: patchify is vectorised below
         self.pixel_mean = np.asarray(proc.image_mean, np.float32)
@@ -167,8 +196,9 @@ class VLA(nn.Module):
     def _prompt(self, obs: dict[str, Any], n_images: int, tokens_per_image: int) -> str:
         vision = ("<|vision_start|>" + "<|image_pad|>" * tokens_per_image + "<|vision_end|>") * n_images
         hist = "".join(history_tokens(obs["ego_history"])) if "ego_history" in obs else ""
+        route = "".join(route_tokens(obs["route"])) if "route" in obs else ""
         cmd = COMMANDS[int(obs["command"])] if "command" in obs else ""
-        return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{vision}{hist}{cmd} {INSTRUCTION}"
+        return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{vision}{hist}{route}{cmd} {INSTRUCTION}"
                 f"<|im_end|>\n<|im_start|>assistant\n{COT_START}")  # fmt: skip
 
     def prepare(self, observations: list[dict[str, Any]], reasoning: list[str] | None = None) -> dict[str, Any]:
@@ -199,6 +229,7 @@ class VLA(nn.Module):
         v0 = [float(action_space.initial_speed(torch.as_tensor(o["ego_history"], dtype=torch.float32)[None])[0])
               if "ego_history" in o else 0.0 for o in observations]  # fmt: skip
         enc["v0"] = torch.tensor(v0)
+        enc["state"] = torch.from_numpy(np.stack([state_features(o) for o in observations]))
         return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in enc.items()}
 
     def _vlm_inputs(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -234,7 +265,8 @@ class VLA(nn.Module):
         return [(layer.keys, layer.values) for layer in out.past_key_values.layers], batch["attention_mask"]
 
     def actions_to_trajectory(self, u: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
-        return action_space.integrate(action_space.denormalise(u.float()), v0.float())
+        c = self.config
+        return action_space.integrate(action_space.denormalise(u.float(), c.action_mean, c.action_std), v0.float())
 
     @torch.no_grad()
     def act_batch(self, observations: list[dict[str, Any]], reasoning: bool = True,
@@ -245,7 +277,8 @@ class VLA(nn.Module):
             texts, ctx, mask = self.reason(batch)
         else:
             ctx, mask = self.encode(batch)
-        u = sample_ode(self.expert, len(observations), ctx, mask, self.config.flow_steps, generator, self.device)
+        u = sample_ode(self.expert, len(observations), ctx, mask, self.config.flow_steps, generator, self.device,
+                       state=batch["state"])  # fmt: skip
         traj = self.actions_to_trajectory(u, batch["v0"]).cpu().numpy().astype(np.float32)
         return [{"trajectory": traj[i], "reasoning": texts[i]} for i in range(len(observations))]
 
@@ -256,14 +289,24 @@ class VLA(nn.Module):
         batch = self.prepare(observations)
         with torch.no_grad():
             ctx, mask = self.encode(batch)
-        u, chain, smask, logp = sample_sde(self.expert, len(observations), ctx, mask, self.config.flow_steps,
-                                           noise_level, stochastic, generator, self.device)  # fmt: skip
+        u, chain, smask, logp = sample_sde(
+            self.expert,
+            len(observations),
+            ctx,
+            mask,
+            self.config.flow_steps,
+            noise_level,
+            stochastic,
+            generator,
+            self.device,
+            state=batch["state"],
+        )
         return self.actions_to_trajectory(u, batch["v0"]), chain, smask, logp
 
     def chain_log_prob(self, observations, chain, smask, noise_level: float = 0.5, train_vlm: bool = False):
         batch = self.prepare(observations)
         ctx, mask = self.encode(batch, grad=train_vlm)
-        return log_prob(self.expert, chain, smask, ctx, mask, noise_level)
+        return log_prob(self.expert, chain, smask, ctx, mask, noise_level, state=batch["state"])
 
     def reasoning_log_prob(self, observations, reasoning: list[str]) -> torch.Tensor:
         """Sum of token log-probs of the given reasoning texts (with grad), per sample."""
@@ -282,8 +325,11 @@ class VLA(nn.Module):
         logits, labels = out.logits[:, :-1], batch["labels"][:, 1:]
         text = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
         ctx = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
-        target = action_space.normalise(action_space.from_trajectory(trajectories.float(), batch["v0"].float()))
-        flow = flow_matching_loss(self.expert, target.to(self.device), ctx, batch["attention_mask"], generator)
+        c = self.config
+        actions = action_space.from_trajectory(trajectories.float(), batch["v0"].float())
+        target = action_space.normalise(actions, c.action_mean, c.action_std)
+        flow = flow_matching_loss(self.expert, target.to(self.device), ctx, batch["attention_mask"], generator,
+                                  state=batch["state"])  # fmt: skip
         return {"text": text, "flow": flow}
 
     # --- persistence -------------------------------------------------------------------------------------------

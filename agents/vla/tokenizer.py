@@ -2,7 +2,9 @@
 
 Special tokens follow the Qwen-VL chat layout (``<|im_start|>``, ``<|vision_start|>``,
 ``<|image_pad|>`` ...) with Alpamayo's additions: reasoning start / end, 256 ego-history bins (the
-48 history tokens are 16 steps x (dx, dy, dyaw) deltas binned) and route commands. A local
+48 history tokens are 16 steps x (dx, dy, dyaw) deltas binned) and route commands; plus 128 route
+bins (16 tokens: the route centreline's lateral offset every 4 m up to 64 m ahead, on a square-root
+scale, fine near zero where lane keeping needs it). A local
 backbone's own tokenizer can be used instead (``from_pretrained`` on its folder).
 """
 
@@ -20,7 +22,10 @@ COT_START, COT_END = "<|cot_start|>", "<|cot_end|>"
 HISTORY_BINS = 256
 HISTORY = [f"<|hist_{i}|>" for i in range(HISTORY_BINS)]
 COMMANDS = ["<|cmd_follow|>", "<|cmd_left|>", "<|cmd_straight|>", "<|cmd_right|>"]
-SPECIAL = CHAT + [COT_START, COT_END] + HISTORY + COMMANDS
+ROUTE_BINS = 128
+ROUTE = [f"<|route_{i}|>" for i in range(ROUTE_BINS)]
+ROUTE_Y_MAX = 32.0  # metres; lateral offsets of the route are binned on a square-root scale
+SPECIAL = CHAT + [COT_START, COT_END] + HISTORY + COMMANDS + ROUTE
 # per-step delta ranges binned uniformly (10 Hz): dx in [-0.5, 4] m, dy in [-0.5, 0.5] m, dyaw in [-0.1, 0.1] rad
 DELTA_RANGES = np.array([[-0.5, 4.0], [-0.5, 0.5], [-0.1, 0.1]])
 
@@ -53,6 +58,14 @@ def build_tokenizer(vocab_size: int = 1024, corpus: list[str] | None = None) -> 
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.add_special_tokens({"additional_special_tokens": SPECIAL[1:]})
     return fast
+
+
+def route_tokens(route: np.ndarray) -> list[str]:
+    """16 tokens from the route ``[32, 2]`` (ego frame, every 2 m): lateral offsets of every 2nd point."""
+    y = np.asarray(route, float)[1::2, 1]
+    z = np.sign(y) * np.sqrt(np.minimum(np.abs(y), ROUTE_Y_MAX) / ROUTE_Y_MAX)  # [-1, 1]
+    bins = np.clip(((z + 1) / 2 * (ROUTE_BINS - 1)).round(), 0, ROUTE_BINS - 1).astype(int)
+    return [ROUTE[b] for b in bins]
 
 
 def history_tokens(history: np.ndarray) -> list[str]:

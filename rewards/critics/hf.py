@@ -42,6 +42,10 @@ class HFCritic:
                                       pad_token_id=tok.pad_token_id)  # fmt: skip
         return tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
+    def complete(self, prompts: list[str]) -> list[str]:
+        """The model's greedy answers to free prompts (a dataset teacher uses this)."""
+        return self._generate(prompts)
+
     def score_batch(self, items: list[tuple[str, set[str], set[str]]]) -> list[ConsistencyScore]:
         answers = self._generate([rubric_prompt(*it) for it in items])
         return scores_from_answers(items, answers, self.fallback)

@@ -67,6 +67,10 @@ class HTTPCritic:
             time.sleep(self.backoff * 2**attempt)
         raise CriticHTTPError(f"critic endpoint {self.url} failed after {self.retries + 1} tries: {last}")
 
+    def complete(self, prompts: list[str]) -> list[str]:
+        """The endpoint's answers to free prompts (a dataset teacher uses this)."""
+        return [self._ask(p) for p in prompts]
+
     def score_batch(self, items: list[tuple[str, set[str], set[str]]]) -> list[ConsistencyScore]:
         prompts = [rubric_prompt(*it) for it in items]
         with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(prompts)))) as pool:

@@ -1,0 +1,135 @@
+"""Checkpoints: safetensors + JSON, written atomically, keep-last-K.
+
+A checkpoint is a folder ``RUN/checkpoints/step_0000100`` holding the VLA exactly as
+``save_pretrained`` writes it (so ``vla:`` loads any checkpoint), plus ``trainer.safetensors``
+(optimizer moments, RNG states) and ``trainer_state.json`` (step, data position, optimizer
+hyper-parameters). It is written into a hidden temporary folder and renamed into place, then
+``RUN/checkpoints/latest`` (one line naming it) is replaced atomically: a kill at any moment leaves
+the previous checkpoint as the latest, never a half-written one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+LATEST = "latest"
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def clean_stale(run_dir: str | Path) -> None:
+    """Remove temporary folders left by a save that was killed."""
+    d = checkpoint_dir(run_dir)
+    for p in d.glob(".tmp-*") if d.exists() else []:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    sd = optimizer.state_dict()
+    tensors = {}
+    for idx, st in sd["state"].items():
+        for name, value in st.items():
+            t = value if torch.is_tensor(value) else torch.tensor(value)
+            tensors[f"optim/{idx}/{name}"] = t.detach().cpu().contiguous()
+    return tensors, {"param_groups": sd["param_groups"]}
+
+
+def _optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, t in tensors.items():
+        if key.startswith("optim/"):
+            _, idx, name = key.split("/", 2)
+            state.setdefault(int(idx), {})[name] = t
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    trainer_state: dict[str, Any],
+    rng: dict[str, torch.Tensor],
+    keep_last: int = 2,
+) -> Path:
+    d = checkpoint_dir(run_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:07d}"
+    tmp = d / f".tmp-{name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bar per checkpoint
+    model.save_pretrained(tmp)
+    tensors, meta = _optimizer_tensors(optimizer)
+    tensors |= {f"rng/{k}": v.contiguous() for k, v in rng.items()}
+    save_file(tensors, tmp / "trainer.safetensors")
+    (tmp / "trainer_state.json").write_text(json.dumps(trainer_state | {"step": step, "optimizer": meta}, indent=1))
+    final = d / name
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _write_atomic(d / LATEST, name + "\n")
+    _prune(d, keep_last, keep=name)
+    return final
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _prune(d: Path, keep_last: int, keep: str) -> None:
+    steps = sorted(p for p in d.glob("step_*") if p.is_dir())
+    for p in steps[:-keep_last]:
+        if p.name != keep:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    d = checkpoint_dir(run_dir)
+    pointer = d / LATEST
+    if not pointer.exists():
+        return None
+    path = d / pointer.read_text().strip()
+    if not (path / "trainer_state.json").exists():
+        raise CheckpointError(f"{pointer} names {path.name}, which is missing or incomplete")
+    return path
+
+
+def load_trainer_state(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
+    """(trainer state, optimizer state dict, RNG tensors) of a checkpoint folder."""
+    path = Path(path)
+    state = json.loads((path / "trainer_state.json").read_text())
+    tensors = load_file(path / "trainer.safetensors")
+    rng = {k[4:]: v for k, v in tensors.items() if k.startswith("rng/")}
+    return state, _optimizer_state(tensors, state.pop("optimizer")), rng
+
+
+def publish_final(run_dir: str | Path, checkpoint: Path) -> Path:
+    """``RUN/checkpoints/final``: a copy of the last checkpoint (loads as ``vla:RUN/checkpoints/final``)."""
+    final = checkpoint_dir(run_dir) / "final"
+    tmp = checkpoint_dir(run_dir) / f".tmp-final-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(checkpoint, tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final

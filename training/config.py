@@ -1,0 +1,142 @@
+"""Recipes: one TOML file per run, validated, with ``--set a.b=value`` overrides.
+
+A recipe names its ``algorithm`` and has a section per part: ``[data]`` (what to collect or read),
+``[model]`` (the VLA), ``[train]`` (optimisation), ``[eval]`` (periodic closed-loop evaluation),
+``[checkpoint]``. Unknown keys are errors, reported with the file and the dotted key.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class RecipeError(ValueError):
+    """A bad recipe or override: the message names the file (or --set) and the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataSection(_Section):
+    path: str = "data/train.zarr"  # collected here when missing (or incomplete)
+    collect: bool = True
+    bank: str = "core"
+    split: str | None = "train"
+    agent: str = "expert"
+    seeds: int = Field(1, ge=1)
+    scenarios: list[str] | None = None
+    max_episodes: int | None = Field(None, ge=1)
+    rig: str = "alpamayo4"
+    camera_size: tuple[int, int] = (128, 256)
+    n_frames: int = Field(4, ge=1)
+    decision_every: int = Field(5, ge=1)
+    teacher: str = "template"
+    filter_threshold: float = Field(0.5, ge=0, le=1)
+    perturb_fraction: float = Field(0.0, ge=0, le=1)
+    max_gb: float = 8.0
+
+
+class ModelSection(_Section):
+    backbone: Literal["qwen2_5_vl", "qwen3_vl"] = "qwen2_5_vl"
+    size: Literal["tiny", "small"] = "tiny"
+    backbone_path: str | None = None
+    image_size: tuple[int, int] = (56, 112)
+    max_reasoning_tokens: int = 40
+    flow_steps: int = 10
+
+
+class TrainSection(_Section):
+    steps: int = Field(200, ge=1)
+    batch_size: int = Field(8, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = 0.01
+    warmup_steps: int = Field(20, ge=0)
+    grad_clip: float = 1.0
+    text_weight: float = Field(1.0, ge=0)
+    flow_weight: float = Field(1.0, ge=0)
+    two_stage: bool = False  # stage 1: VLM (text); stage 2: action expert with the VLM frozen
+    stage1_fraction: float = Field(0.5, gt=0, lt=1)
+    bf16: bool = True  # on CUDA only
+    threads: int | None = None
+    log_every: int = Field(10, ge=1)
+    max_steps_this_run: int | None = None  # stop early (as a kill would) - for resume tests
+
+
+class EvalSection(_Section):
+    every: int = Field(0, ge=0)  # steps between closed-loop evaluations (0: only at the end, if final)
+    final: bool = True
+    bank: str = "core"
+    split: str | None = "val"
+    scenarios: int | None = Field(8, ge=1)  # first N of the split (None: all)
+    reasoning: bool = False  # trajectory-only decisions are much faster on CPU
+    workers: int = 0
+
+
+class CheckpointSection(_Section):
+    every: int = Field(100, ge=1)
+    keep_last: int = Field(2, ge=1)
+
+
+class Recipe(_Section):
+    algorithm: Literal["sft"] = "sft"
+    seed: int = 0
+    init_from: str | None = None  # a saved VLA folder to start from
+    data: DataSection = Field(default_factory=DataSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``a.b=value``: the value is read as TOML (numbers, booleans, strings, arrays), else a string."""
+    if "=" not in item:
+        raise RecipeError(f"--set {item!r}: expected key=value")
+    key, raw = item.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def load_recipe(path: str | Path | None, overrides: list[str] = ()) -> Recipe:
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise RecipeError(f"{path}: no such recipe file") from None
+        except tomllib.TOMLDecodeError as e:
+            raise RecipeError(f"{path}: not valid TOML: {e}") from None
+    return recipe_from_dict(data, overrides, str(path) if path else "defaults")
+
+
+def recipe_from_dict(data: dict[str, Any], overrides: list[str] = (), where: str = "recipe") -> Recipe:
+    """Validate a recipe after applying ``--set`` overrides (``a.b=value``)."""
+    data = json.loads(json.dumps(data))  # a deep copy
+    for item in overrides:
+        keys, value = parse_override(item)
+        node = data
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise RecipeError(f"--set {item!r}: {k!r} is not a section")
+        node[keys[-1]] = value
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise RecipeError(f"{where}{' (with --set)' if overrides else ''}: {problems}") from None

@@ -1,0 +1,362 @@
+"""Driving data in zarr: ``collect`` records labelled rollouts, ``DrivingDataset`` reads them for SFT.
+
+One sample per agent decision: the camera frames of the rig (resized to the VLA's image size, with
+the same interpolation the model uses), ego history and state, the route and its command, the
+future the car then actually drove (``target``, 64 x (x, y, yaw) in the ego frame at the decision),
+the scene facts, the meta-actions detected on that future, and the reasoning a teacher wrote for them
+(plus the agent's own). Samples whose reasoning disagrees with the labels are filtered out and
+counted. Episodes that end in an at-fault collision or off the road are not demonstrations: dropped.
+
+Arrays grow along the sample axis and are written in whole chunks. The group's attributes record
+which episodes are complete, so ``collect`` resumes after a kill by cutting the arrays back to the
+last complete episode and running only the episodes that are missing. ``dataset_card.json`` beside
+the arrays describes the rig, the counts and the label statistics.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import zarr
+from tqdm import tqdm
+
+from training.labels import ConsistencyFilter, label_meta_actions, make_teacher
+
+FORMAT = "loopdrive-driving-data/2"  # 2: the target's yaw is the direction of motion
+HORIZON = 64
+NUMERIC = {"cameras": "uint8", "ego_history": "float32", "ego_state": "float32", "route": "float32",
+           "command": "int8", "target": "float32", "speed0": "float32", "episode": "int32", "t": "float32",
+           "consistency": "float32", "perturbed": "bool"}  # fmt: skip
+TEXT = ("scenario", "reasoning", "agent_reasoning", "meta_actions", "causes")
+
+
+class DatasetError(ValueError):
+    pass
+
+
+@dataclass
+class CollectConfig:
+    bank: str = "core"
+    split: str | None = "train"
+    agent: str = "expert"
+    seeds: int = 1
+    scenarios: list[str] | None = None
+    rig: str = "alpamayo4"
+    camera_size: tuple[int, int] = (128, 256)  # rendered as in evaluation ...
+    image_size: tuple[int, int] = (56, 112)  # ... and stored at the VLA's input size
+    n_frames: int = 4
+    decision_every: int = 5
+    teacher: str = "template"
+    filter_threshold: float = 0.5
+    perturb_fraction: float = 0.0  # share of extra episodes started off the lane centre (recovery data)
+    perturb_lateral_m: float = 1.0
+    perturb_heading_deg: float = 8.0
+    chunk: int = 64
+    max_episodes: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _episodes(cfg: CollectConfig) -> list[tuple[str, int, bool]]:
+    from scenarios import load_bank
+
+    bank = load_bank(cfg.bank, split=cfg.split)
+    ids = [s.id for s in bank.scenarios if cfg.scenarios is None or s.id in cfg.scenarios]
+    if cfg.scenarios is not None and (missing := sorted(set(cfg.scenarios) - set(ids))):
+        raise DatasetError(f"scenarios {missing[:5]} are not in bank {cfg.bank!r} split {cfg.split!r}")
+    eps = [(sid, seed, False) for sid in ids for seed in range(cfg.seeds)]
+    n_perturbed = int(round(cfg.perturb_fraction * len(eps)))
+    rng = np.random.default_rng(0)
+    eps += [(sid, seed, True) for sid, seed, _ in (eps[i] for i in sorted(rng.permutation(len(eps))[:n_perturbed]))]
+    return eps[: cfg.max_episodes] if cfg.max_episodes else eps
+
+
+def future_in_ego_frame(track: Sequence[Any], k: int) -> np.ndarray | None:
+    """The executed poses after step ``k`` (64 of them) in the ego frame at ``k``; None if too short.
+
+    The yaw channel is the direction of motion (the unicycle convention of the VLA's action space),
+    not the body yaw: a bicycle model's body turns ahead of its path by the slip angle, and fitting
+    unicycle actions to body yaw would bend every target in turns.
+    """
+    if k + HORIZON >= len(track):
+        return None
+    e = track[k]
+    seg = track[k : min(len(track), k + HORIZON + 2)]
+    xy = np.array([(s.x, s.y) for s in seg], float)
+    body = np.unwrap(np.array([s.yaw for s in seg], float))
+    vel = np.gradient(xy, axis=0)
+    moving = np.hypot(vel[:, 0], vel[:, 1]) > 0.05  # 0.5 m/s at 10 Hz
+    heading = np.where(moving, np.arctan2(vel[:, 1], vel[:, 0]), body)
+    heading = body + (heading - body + np.pi) % (2 * np.pi) - np.pi  # stay on the body yaw's branch
+    c, s = np.cos(e.yaw), np.sin(e.yaw)
+    dx, dy = xy[1 : 1 + HORIZON, 0] - e.x, xy[1 : 1 + HORIZON, 1] - e.y
+    yaw = np.unwrap(heading[1 : 1 + HORIZON] - e.yaw)
+    return np.stack([c * dx + s * dy, -s * dx + c * dy, yaw], 1).astype(np.float32)
+
+
+def _resize_cameras(cams: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    h, w = size
+    if cams.shape[-3:-1] == (h, w):
+        return cams.copy()
+    flat = cams.reshape(-1, *cams.shape[-3:])
+    out = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in flat])
+    return out.reshape(*cams.shape[:-3], h, w, 3)
+
+
+class _Writer:
+    """Appends samples to the zarr group in whole chunks; commits whole episodes."""
+
+    def __init__(self, group: zarr.Group, chunk: int) -> None:
+        self.g, self.chunk = group, chunk
+        self.buffer: list[dict[str, Any]] = []
+        self.pending_episodes: list[tuple[str, int]] = []  # (key, samples)
+
+    def _ensure(self, sample: dict[str, Any]) -> None:
+        for name, dtype in NUMERIC.items():
+            if name not in self.g:
+                shape = np.asarray(sample[name]).shape
+                self.g.create_array(name, shape=(0, *shape), chunks=(self.chunk, *shape), dtype=dtype)
+        for name in TEXT:
+            if name not in self.g:
+                self.g.create_array(name, shape=(0,), chunks=(self.chunk,), dtype=str)
+
+    def add_episode(self, key: str, samples: list[dict[str, Any]]) -> None:
+        if samples:
+            self._ensure(samples[0])
+        self.buffer += samples
+        self.pending_episodes.append((key, len(samples)))
+        while len(self.buffer) >= self.chunk:
+            self._write(self.chunk)
+
+    def flush(self) -> None:
+        if self.buffer:
+            self._write(len(self.buffer))
+        self._commit()
+
+    def _write(self, n: int) -> None:
+        rows, self.buffer = self.buffer[:n], self.buffer[n:]
+        start = int(self.g.attrs.get("written", 0))
+        for name in (*NUMERIC, *TEXT):
+            arr = self.g[name]
+            arr.resize((start + n, *arr.shape[1:]))
+            if name in NUMERIC:
+                arr[start : start + n] = np.stack([np.asarray(r[name], dtype=NUMERIC[name]) for r in rows])
+            else:
+                arr[start : start + n] = np.array([r[name] for r in rows], dtype=object)
+        self.g.attrs["written"] = start + n
+        self._commit()
+
+    def _commit(self) -> None:
+        """Mark episodes complete whose samples are all on disk."""
+        written = int(self.g.attrs.get("written", 0))
+        done = list(self.g.attrs.get("episodes_complete", []))
+        n_complete = int(self.g.attrs.get("n_complete", 0))
+        while self.pending_episodes and n_complete + self.pending_episodes[0][1] <= written:
+            key, n = self.pending_episodes.pop(0)
+            done.append(key)
+            n_complete += n
+        self.g.attrs.update({"episodes_complete": done, "n_complete": n_complete})
+
+
+def collect(cfg: CollectConfig, out: str | Path, progress: bool | None = None) -> dict[str, Any]:
+    """Record (or finish recording) the dataset at ``out``; returns the dataset card."""
+    import envs  # noqa: F401
+    from agents import load_agent
+    from envs import LoopDriveEnv
+    from rewards.scene import scene_facts
+
+    out = Path(out)
+    group = zarr.open_group(out, mode="a")
+    settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()}
+    if group.attrs.get("format") not in (None, FORMAT):
+        raise DatasetError(f"{out}: not a LoopDrive driving dataset (format {group.attrs.get('format')!r})")
+    if "config" in group.attrs and group.attrs["config"] != settings:
+        raise DatasetError(f"{out} was collected with other settings; collect into a new path")
+    group.attrs.update({"format": FORMAT, "config": settings})
+    n_complete = int(group.attrs.get("n_complete", 0))
+    for name in (*NUMERIC, *TEXT):  # drop samples of episodes that a kill left half-written
+        if name in group and group[name].shape[0] > n_complete:
+            group[name].resize((n_complete, *group[name].shape[1:]))
+    group.attrs["written"] = n_complete
+    done = set(group.attrs.get("episodes_complete", []))
+    episodes = _episodes(cfg)
+    todo = [(i, e) for i, e in enumerate(episodes) if _key(e) not in done]
+
+    env = LoopDriveEnv(bank=cfg.bank, split=cfg.split, rig=cfg.rig, camera_size=tuple(cfg.camera_size),
+                       n_frames=cfg.n_frames, decision_every=cfg.decision_every,
+                       observations=("cameras", "ego_history", "ego_state", "route", "command"))  # fmt: skip
+    agent = load_agent(cfg.agent)
+    teacher = make_teacher(cfg.teacher)
+    filt = ConsistencyFilter(cfg.filter_threshold)
+    stats = _Stats.from_attrs(group.attrs.get("stats"))
+    writer = _Writer(group, cfg.chunk)
+    bar = tqdm(todo, desc=f"collect {cfg.agent}", unit="ep", disable=None if progress is None else not progress)
+    for index, (sid, seed, perturbed) in bar:
+        samples = _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats, scene_facts)
+        writer.add_episode(_key((sid, seed, perturbed)), samples)
+        group.attrs["stats"] = stats.to_attrs() | {"filter_so_far": filt.stats()}
+    writer.flush()
+    stats.filter_totals(filt)
+    group.attrs["stats"] = stats.to_attrs()
+    card = dataset_card(out)
+    card_path(out).write_text(json.dumps(card, indent=1))
+    return card
+
+
+def card_path(dataset: str | Path) -> Path:
+    """``data/x.zarr`` -> ``data/x.card.json`` (beside the zarr group, which holds only arrays)."""
+    return Path(dataset).with_suffix(".card.json")
+
+
+def _key(episode: tuple[str, int, bool]) -> str:
+    sid, seed, perturbed = episode
+    return f"{sid}|{seed}|{'p' if perturbed else 'n'}"
+
+
+def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats, scene_facts) -> list[dict[str, Any]]:
+    options: dict[str, Any] = {"scenario": sid}
+    if perturbed:
+        rng = np.random.default_rng(1000 + index)
+        options["ego_offset"] = (rng.uniform(-1, 1) * cfg.perturb_lateral_m,
+                                 np.radians(rng.uniform(-1, 1) * cfg.perturb_heading_deg))  # fmt: skip
+    obs, _ = env.reset(seed=seed, options=options)
+    world = env.world
+    agent.reset({"scenario": env.scenario, "world": world, "seed": seed})
+    decisions, done, info = [], False, {}
+    while not done:
+        out = agent.act(obs)
+        facts = scene_facts(world)
+        decisions.append({"k": len(env._ego_track) - 1, "obs": obs, "facts": facts, "reasoning": out.reasoning or ""})
+        obs, _, terminated, truncated, info = env.step(out.trajectory)
+        done = terminated or truncated
+    m = info["metrics"]
+    bad = m["at_fault_collisions"] > 0 or m["events"].get("offroad", 0) > 0
+    stats.episodes += 1
+    stats.families[env.scenario.family] += 1
+    if bad:
+        stats.dropped_episodes += 1
+        return []
+    samples = []
+    for d in decisions:
+        target = future_in_ego_frame(env._ego_track, d["k"])
+        if target is None:
+            stats.short_future += 1
+            continue
+        o = d["obs"]
+        speed0 = float(o["ego_state"][0])
+        meta = label_meta_actions(target, speed0)
+        causes = d["facts"].causes
+        reasoning = teacher.write(meta, causes, d["facts"].to_dict())
+        keep, score = filt(reasoning, meta, causes)
+        if not keep:
+            continue
+        stats.meta_actions.update(meta)
+        stats.causes.update(causes)
+        stats.commands[int(o["command"])] += 1
+        samples.append({
+            "cameras": _resize_cameras(o["cameras"], tuple(cfg.image_size)), "ego_history": o["ego_history"],
+            "ego_state": o["ego_state"], "route": o["route"], "command": int(o["command"]), "target": target,
+            "speed0": speed0, "episode": index, "t": d["k"] * 0.1, "consistency": score, "perturbed": perturbed,
+            "scenario": sid, "reasoning": reasoning, "agent_reasoning": d["reasoning"],
+            "meta_actions": json.dumps(sorted(meta)), "causes": json.dumps(sorted(causes)),
+        })  # fmt: skip
+    return samples
+
+
+@dataclass
+class _Stats:
+    episodes: int = 0
+    dropped_episodes: int = 0
+    short_future: int = 0
+    families: Counter = field(default_factory=Counter)
+    meta_actions: Counter = field(default_factory=Counter)
+    causes: Counter = field(default_factory=Counter)
+    commands: Counter = field(default_factory=Counter)
+    filter: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_attrs(cls, d: dict[str, Any] | None) -> _Stats:
+        d = dict(d or {})
+        d.pop("filter_so_far", None)
+        out = cls(**{k: d[k] for k in ("episodes", "dropped_episodes", "short_future") if k in d})
+        for k in ("families", "meta_actions", "causes", "commands"):
+            getattr(out, k).update({(int(a) if k == "commands" else a): n for a, n in d.get(k, {}).items()})
+        out.filter = d.get("filter", {})
+        return out
+
+    def filter_totals(self, filt: ConsistencyFilter) -> None:
+        prev = self.filter or {"kept": 0, "rejected": 0, "rejected_by_reason": {}}
+        reasons = Counter(prev.get("rejected_by_reason", {})) + filt.rejected
+        self.filter = {"kept": prev["kept"] + filt.kept, "rejected": prev["rejected"] + sum(filt.rejected.values()),
+                       "rejected_by_reason": dict(reasons)}  # fmt: skip
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {"episodes": self.episodes, "dropped_episodes": self.dropped_episodes,
+                "short_future": self.short_future, "families": dict(self.families),
+                "meta_actions": dict(self.meta_actions), "causes": dict(self.causes),
+                "commands": {str(k): v for k, v in self.commands.items()}, "filter": self.filter}  # fmt: skip
+
+
+def dataset_card(path: str | Path) -> dict[str, Any]:
+    g = zarr.open_group(Path(path), mode="r")
+    n = int(g.attrs.get("n_complete", 0))
+    cfg = g.attrs["config"]
+    cons = np.asarray(g["consistency"][:n]) if "consistency" in g and n else np.zeros(0)
+    return {
+        "format": FORMAT, "path": str(path), "samples": n,
+        "episodes_complete": len(g.attrs.get("episodes_complete", [])),
+        "rig": cfg["rig"], "camera_size": cfg["camera_size"], "image_size": cfg["image_size"],
+        "n_frames": cfg["n_frames"], "decision_every": cfg["decision_every"], "source": {
+            "bank": cfg["bank"], "split": cfg["split"], "agent": cfg["agent"], "seeds": cfg["seeds"],
+            "perturb_fraction": cfg["perturb_fraction"]},
+        "labels": {"teacher": cfg["teacher"], "filter_threshold": cfg["filter_threshold"],
+                   "consistency_mean": float(cons.mean()) if len(cons) else None, **g.attrs.get("stats", {})},
+        "arrays": {name: {"shape": list(g[name].shape), "dtype": str(g[name].dtype)} for name in g.array_keys()},
+    }  # fmt: skip
+
+
+class DrivingDataset:
+    """The complete samples of a collected dataset, held in memory (the tiny recipes fit easily;
+    ``max_gb`` guards against loading something that will not)."""
+
+    def __init__(self, path: str | Path, max_gb: float = 8.0) -> None:
+        path = Path(path)
+        try:
+            g = zarr.open_group(path, mode="r")
+        except (FileNotFoundError, zarr.errors.GroupNotFoundError):
+            raise DatasetError(f"{path}: no dataset here (run `loopdrive collect` first)") from None
+        if g.attrs.get("format") != FORMAT:
+            raise DatasetError(f"{path}: not a LoopDrive driving dataset (format {g.attrs.get('format')!r})")
+        self.n = int(g.attrs.get("n_complete", 0))
+        if self.n == 0:
+            raise DatasetError(f"{path}: the dataset has no complete samples")
+        size = sum(np.dtype(g[k].dtype).itemsize * int(np.prod(g[k].shape[1:])) for k in NUMERIC) * self.n / 1e9
+        if size > max_gb:
+            raise DatasetError(f"{path}: {size:.1f} GB does not fit the in-memory loader (max_gb={max_gb})")
+        self.arrays = {k: np.asarray(g[k][: self.n]) for k in NUMERIC}
+        self.text = {k: [str(x) for x in g[k][: self.n]] for k in TEXT}
+        self.card = dataset_card(path)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def batch(self, idx: Sequence[int]) -> tuple[list[dict[str, Any]], list[str], np.ndarray]:
+        """Observations (as the env gives them), teacher reasoning, and targets ``[B, 64, 3]``."""
+        idx = np.asarray(idx)
+        obs = [
+            {
+                "cameras": self.arrays["cameras"][i],
+                "ego_history": self.arrays["ego_history"][i],
+                "ego_state": self.arrays["ego_state"][i],
+                "route": self.arrays["route"][i],
+                "command": int(self.arrays["command"][i]),
+            }
+            for i in idx
+        ]
+        return obs, [self.text["reasoning"][i] for i in idx], self.arrays["target"][idx]

@@ -1,0 +1,136 @@
+"""Auto-labelling, Alpamayo's recipe: meta-actions of the future trajectory -> a teacher writes the
+reasoning from those meta-actions and the scene facts -> a critic filters out what disagrees.
+
+``TemplateTeacher`` (the default) writes one Chain-of-Causation sentence: the most important cause
+in the scene, then what the car does. ``LMTeacher`` asks a language model (any critic backend with
+``complete(prompts)``: a local transformers model or an OpenAI-compatible endpoint) for the same.
+``ConsistencyFilter`` keeps a sample when the critic's overall score reaches the threshold, and
+counts every rejection by reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from rewards.critics import RulesCritic
+from rewards.meta_actions import detect_plan, dominant
+
+# causes in priority order, each with a sentence opening
+CAUSE_TEXT = (
+    ("red_light", "The traffic light ahead is red"),
+    ("pedestrian", "A pedestrian is near my path"),
+    ("stop_sign", "There is a stop sign ahead"),
+    ("cut_in", "A vehicle is cutting in ahead"),
+    ("stopped_vehicle", "A stopped vehicle is ahead in my lane"),
+    ("blocked_lane", "A parked car is blocking my lane"),
+    ("yellow_light", "The traffic light ahead is yellow"),
+    ("lead_vehicle", "There is a lead vehicle ahead"),
+    ("junction", "An intersection is ahead"),
+    ("curve", "The road curves ahead"),
+    ("green_light", "The traffic light ahead is green"),
+)
+LONGITUDINAL_TEXT = {
+    "stop": "come to a stop",
+    "decelerate": "slow down",
+    "accelerate": "accelerate",
+    "start_from_stop": "start moving again",
+    "keep_speed": "keep the current speed",
+}
+LATERAL_TEXT = {
+    "turn_left": "turn left",
+    "turn_right": "turn right",
+    "lane_change_left": "change lanes to the left",
+    "lane_change_right": "change lanes to the right",
+    "nudge_left": "nudge to the left",
+    "nudge_right": "nudge to the right",
+}
+LONGITUDINAL_ORDER = ("stop", "start_from_stop", "decelerate", "accelerate", "keep_speed")
+
+
+class Teacher(Protocol):
+    def write(self, meta_actions: set[str], causes: set[str], facts: dict[str, Any]) -> str: ...
+
+
+def label_meta_actions(target: np.ndarray, speed0: float, dt: float = 0.1) -> set[str]:
+    """The dominant meta-actions of an ego-frame future trajectory ``[64, 3]``."""
+    return dominant(detect_plan(np.asarray(target, float), speed0, dt))
+
+
+class TemplateTeacher:
+    """Deterministic reasoning from meta-actions and scene causes (no model needed)."""
+
+    def write(self, meta_actions: set[str], causes: set[str], facts: dict[str, Any] | None = None) -> str:
+        cause = next((text for tag, text in CAUSE_TEXT if tag in causes), "The road ahead is clear")
+        lon = next((LONGITUDINAL_TEXT[a] for a in LONGITUDINAL_ORDER if a in meta_actions), "keep the current speed")
+        lat = [LATERAL_TEXT[a] for a in sorted(meta_actions) if a in LATERAL_TEXT]
+        action = " and ".join([lon, *lat[:1]])
+        if not lat and "keep_lane" in meta_actions:
+            action += " in my lane"
+        return f"{cause}, so {action}."
+
+
+class LMTeacher:
+    """Reasoning written by a language model through a critic backend's ``complete``."""
+
+    PROMPT = (
+        "You write the reasoning of a driving agent as one sentence: cause, then action.\n"
+        "Actions the car takes: {actions}.\nScene facts: {causes}.\n"
+        "Write the sentence, e.g. 'Red light ahead, so decelerate to stop at the stop line.'"
+    )
+
+    def __init__(self, backend: Any, fallback: Teacher | None = None) -> None:
+        if not callable(getattr(backend, "complete", None)):
+            raise TypeError(f"{type(backend).__name__} has no complete(prompts): it cannot be a teacher")
+        self.backend, self.fallback = backend, fallback or TemplateTeacher()
+
+    def write(self, meta_actions: set[str], causes: set[str], facts: dict[str, Any] | None = None) -> str:
+        prompt = self.PROMPT.format(actions=", ".join(sorted(meta_actions)) or "none",
+                                    causes=", ".join(sorted(causes)) or "none")  # fmt: skip
+        text = (self.backend.complete([prompt])[0] or "").strip().split("\n")[0]
+        return text or self.fallback.write(meta_actions, causes, facts)
+
+
+def make_teacher(spec: str = "template", **options: Any) -> Teacher:
+    """``template``, or any critic spec (``hf:PATH``, ``http://...``) whose model writes the reasoning."""
+    if spec == "template":
+        return TemplateTeacher()
+    from rewards.critics import make_critic
+
+    return LMTeacher(make_critic(spec, **options))
+
+
+@dataclass
+class ConsistencyFilter:
+    """Keep samples whose reasoning agrees with the labelled meta-actions and the scene."""
+
+    threshold: float = 0.5
+    critic: Any = field(default_factory=RulesCritic)
+    kept: int = 0
+    rejected: Counter = field(default_factory=Counter)
+
+    def __call__(self, reasoning: str, meta_actions: set[str], causes: set[str]) -> tuple[bool, float]:
+        score = self.critic.score(reasoning, meta_actions, causes)
+        ok = score.overall >= self.threshold
+        if ok:
+            self.kept += 1
+        else:
+            self.rejected[_reason(score)] += 1
+        return ok, score.overall
+
+    def stats(self) -> dict[str, Any]:
+        return {"kept": self.kept, "rejected": sum(self.rejected.values()), "rejected_by_reason": dict(self.rejected)}
+
+
+def _reason(score: Any) -> str:
+    d = score.details
+    if d.get("contradictions"):
+        return "contradicts_executed_action:" + ",".join(d["contradictions"])
+    if d.get("hallucinated_causes"):
+        return "cause_not_in_scene:" + ",".join(d["hallucinated_causes"])
+    if d.get("claimed_actions") is not None and score.behaviour < 1.0:
+        return "action_not_executed"
+    return "low_score"

@@ -1,0 +1,97 @@
+"""Train from a recipe: ``python training/run.py --config configs/sft_tiny.toml [--set a.b=v ...]``.
+
+    --run-dir DIR     where checkpoints, metrics.jsonl, tb/, curves.png and evals/ go
+                      (default runs/<recipe name>)
+    --resume DIR      continue DIR from its latest checkpoint, with the config saved there
+                      (the same results as a run that was never interrupted)
+
+The resolved config is saved as ``DIR/config.json``; the final policy is ``DIR/checkpoints/final``
+and loads as the agent ``vla:DIR/checkpoints/final``. Same as ``loopdrive train``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import json
+from typing import Any
+
+from training.config import Recipe, RecipeError, load_recipe, recipe_from_dict
+
+
+def make_evaluator(recipe: Recipe):
+    """Closed-loop evaluation of a checkpoint through ``evaluation`` with the data's observation set-up."""
+    from evaluation import EvalConfig, evaluate
+    from scenarios import load_bank
+
+    e, d = recipe.eval, recipe.data
+    ids = [s.id for s in load_bank(e.bank, split=e.split).scenarios]
+    ids = ids[: e.scenarios] if e.scenarios else None
+
+    def run(checkpoint: Path, out: Path) -> dict[str, Any]:
+        spec = f"vla:{checkpoint}" + ("" if e.reasoning else "?reasoning=0")
+        cfg = EvalConfig(bank=e.bank, split=e.split, agent=spec, scenarios=ids, workers=e.workers, rigs=[d.rig],
+                         n_frames=d.n_frames, decision_every=d.decision_every, camera_size=tuple(d.camera_size),
+                         episode_timeout_s=3600)  # fmt: skip
+        return evaluate(cfg, out, progress=False)
+
+    return run
+
+
+def train(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None) -> dict[str, Any]:
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    saved = run_dir / "config.json"
+    resolved = recipe.model_dump(mode="json")
+    if saved.exists() and not resume:
+        before = json.loads(saved.read_text())
+        if {k: v for k, v in before.items() if k != "train"} != {k: v for k, v in resolved.items() if k != "train"}:
+            raise RecipeError(f"{run_dir} holds a run with another recipe; use --resume {run_dir} or a new --run-dir")
+    saved.write_text(json.dumps(resolved, indent=1))
+    if recipe.algorithm == "sft":
+        from training.sft import train_sft
+
+        return train_sft(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=make_evaluator(recipe))
+    raise RecipeError(f"algorithm {recipe.algorithm!r} is not implemented")  # pragma: no cover
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="training/run.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--config", help="recipe TOML (configs/*.toml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. train.steps=50")
+    p.add_argument("--run-dir")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    args = p.parse_args(argv)
+    try:
+        if args.resume:
+            run_dir = Path(args.resume)
+            saved = run_dir / "config.json"
+            if not saved.exists():
+                raise RecipeError(f"--resume {run_dir}: no config.json (is it a training run folder?)")
+            recipe = recipe_from_dict(json.loads(saved.read_text()), args.set, str(saved))
+        else:
+            if not args.config:
+                raise RecipeError("give --config RECIPE.toml (or --resume RUN_DIR)")
+            recipe = load_recipe(args.config, args.set)
+            run_dir = Path(args.run_dir or Path("runs") / Path(args.config).stem)
+        result = train(recipe, run_dir, resume=bool(args.resume))
+    except (RecipeError, FileNotFoundError, ValueError) as e:
+        print(f"training: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: v for k, v in result.items() if k != "eval"}, indent=1))
+    if "eval" in result:
+        s = result["eval"]
+        print(f"closed-loop eval: driving score {s['suites']['leaderboard']['mean']:.1f}, "
+              f"success {s['success_rate']:.1f}% ({s['episodes']['total']} episodes)")  # fmt: skip
+    print(f"run folder: {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
