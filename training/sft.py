@@ -195,10 +195,10 @@ def train_sft(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
                 "samples_per_s": seen / (time.perf_counter() - t0),
             }
             logger.log(step, last)
-        if step % recipe.checkpoint.every == 0 or step == cfg.steps:
-            path = checkpoint(step)
-            if evaluate_fn is not None and recipe.eval.every and step % recipe.eval.every == 0 and step < cfg.steps:
-                logger.log(step, _eval_metrics(evaluate_fn(path, run_dir / "evals" / path.name)))
+        path = checkpoint(step) if step % recipe.checkpoint.every == 0 or step == cfg.steps else None
+        if evaluate_fn is not None and recipe.eval.every and step % recipe.eval.every == 0 and step < cfg.steps:
+            path = path or checkpoint(step)  # an evaluation reads a checkpoint (and a resume restarts from it)
+            logger.log(step, _eval_metrics(evaluate_fn(path, run_dir / "evals" / path.name)))
     bar.close()
     result: dict[str, Any] = {"step": step, **last}
     if step >= cfg.steps:
