@@ -1,6 +1,6 @@
 """Agents by spec string: ``expert``, ``constant_velocity``, ``stop``, ``vla:PATH`` (a saved VLA;
-``vla:PATH?reasoning=0`` for trajectory only), ``sb3:PATH`` (a stable-baselines3 zip, loaded without
-pickle), or ``my_pkg.agents:MyAgent``."""
+``vla:PATH?reasoning=0`` for trajectory only, ``&noise=0`` for the deterministic plan), ``sb3:PATH``
+(a stable-baselines3 zip, loaded without pickle), or ``my_pkg.agents:MyAgent``."""
 
 from __future__ import annotations
 
@@ -24,13 +24,22 @@ def load_agent(spec: str) -> Agent:
         return BUILTIN[spec]()
     if spec.startswith("vla:"):
         from pathlib import Path
+        from urllib.parse import parse_qs
 
         from agents.vla.agent import VLAAgent
 
         path, _, query = spec[4:].partition("?")
         if not (Path(path) / "vla_config.json").exists():
             raise AgentSpecError(f"agent {spec!r}: {path} is not a saved VLA (no vla_config.json)")
-        return VLAAgent(path, reasoning=query != "reasoning=0")
+        options = {k: v[-1] for k, v in parse_qs(query).items()}
+        unknown = sorted(set(options) - {"reasoning", "noise"})
+        if unknown:
+            raise AgentSpecError(f"agent {spec!r}: unknown option(s) {unknown}; use reasoning=0|1, noise=<scale>")
+        try:
+            noise = float(options.get("noise", 1.0))
+        except ValueError:
+            raise AgentSpecError(f"agent {spec!r}: noise must be a number, got {options['noise']!r}") from None
+        return VLAAgent(path, reasoning=options.get("reasoning", "1") != "0", noise_scale=noise)
     if spec.startswith("sb3:"):
         from agents.sb3 import SB3Agent, SB3FormatError
 

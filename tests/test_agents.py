@@ -144,3 +144,16 @@ def test_sb3_policies_load_without_pickle(tmp_path):
         load_agent(f"sb3:{tmp_path / 'custom'}.zip")
     with pytest.raises(AgentSpecError, match="no such file"):
         load_agent(f"sb3:{tmp_path / 'missing.zip'}")
+
+
+def test_vla_spec_options(tmp_path):
+    from agents.vla.model import VLA, VLAConfig
+
+    VLA(VLAConfig(size="tiny")).save_pretrained(tmp_path / "vla")
+    agent = load_agent(f"vla:{tmp_path / 'vla'}?reasoning=0&noise=0")
+    assert agent.reasoning is False and agent.noise_scale == 0.0
+    assert load_agent(f"vla:{tmp_path / 'vla'}").noise_scale == 1.0
+    with pytest.raises(AgentSpecError, match=r"unknown option\(s\) \['temperature'\]"):
+        load_agent(f"vla:{tmp_path / 'vla'}?temperature=2")
+    with pytest.raises(AgentSpecError, match="noise must be a number"):
+        load_agent(f"vla:{tmp_path / 'vla'}?noise=lots")

@@ -12,12 +12,13 @@ from agents.base import AgentOutput, BaseAgent
 class VLAAgent(BaseAgent):
     name = "vla"
 
-    def __init__(self, path: str, reasoning: bool = True, device: str | None = None, seed: int = 0) -> None:
+    def __init__(self, path: str, reasoning: bool = True, device: str | None = None, seed: int = 0,
+                 noise_scale: float = 1.0) -> None:  # fmt: skip
         from agents.vla.model import VLA
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model = VLA.from_pretrained(path, device)
-        self.reasoning, self.seed = reasoning, seed
+        self.reasoning, self.seed, self.noise_scale = reasoning, seed, noise_scale
 
     def reset(self, episode_info: dict[str, Any]) -> None:
         super().reset(episode_info)
@@ -28,5 +29,5 @@ class VLAAgent(BaseAgent):
         return self.act_batch([observation])[0]
 
     def act_batch(self, observations: list[dict[str, Any]]) -> list[AgentOutput]:
-        outs = self.model.act_batch(observations, self.reasoning, self.generator)
+        outs = self.model.act_batch(observations, self.reasoning, self.generator, self.noise_scale)
         return [AgentOutput(o["trajectory"], o["reasoning"]) for o in outs]

@@ -173,10 +173,11 @@ def flow_matching_loss(expert: ActionExpert, x1: torch.Tensor, context: Context 
 @torch.no_grad()
 def sample_ode(expert: ActionExpert, batch: int, context: Context | None = None, context_mask=None, steps: int = 10,
                generator: torch.Generator | None = None, device=None, dtype=torch.float32,
-               state: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-    """Euler integration of the learned ODE from noise (t = 0) to actions (t = 1)."""
+               state: torch.Tensor | None = None, noise_scale: float = 1.0) -> torch.Tensor:  # fmt: skip
+    """Euler integration of the learned ODE from noise (t = 0) to actions (t = 1). ``noise_scale``
+    < 1 starts closer to the prior's mean (0: a deterministic, mode-seeking plan)."""
     c = expert.config
-    x = torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
+    x = noise_scale * torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
     for i in range(steps):
         t = torch.full((batch,), i / steps, device=x.device, dtype=dtype)
         x = x + expert(x, t, context, context_mask, state) / steps

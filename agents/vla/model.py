@@ -269,8 +269,13 @@ class VLA(nn.Module):
         return action_space.integrate(action_space.denormalise(u.float(), c.action_mean, c.action_std), v0.float())
 
     @torch.no_grad()
-    def act_batch(self, observations: list[dict[str, Any]], reasoning: bool = True,
-                  generator: torch.Generator | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    def act_batch(
+        self,
+        observations: list[dict[str, Any]],
+        reasoning: bool = True,
+        generator: torch.Generator | None = None,
+        noise_scale: float = 1.0,
+    ) -> list[dict[str, Any]]:
         batch = self.prepare(observations)
         texts = [None] * len(observations)
         if reasoning:
@@ -278,7 +283,7 @@ class VLA(nn.Module):
         else:
             ctx, mask = self.encode(batch)
         u = sample_ode(self.expert, len(observations), ctx, mask, self.config.flow_steps, generator, self.device,
-                       state=batch["state"])  # fmt: skip
+                       state=batch["state"], noise_scale=noise_scale)  # fmt: skip
         traj = self.actions_to_trajectory(u, batch["v0"]).cpu().numpy().astype(np.float32)
         return [{"trajectory": traj[i], "reasoning": texts[i]} for i in range(len(observations))]
 
