@@ -8,7 +8,6 @@ that sees the rows knows the script ran.
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 from typing import Any
@@ -128,4 +127,4 @@ def _fmt(value: Any, digits: int = 1) -> str:
         return "–"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
-    return html.escape(str(value))
+    return str(value)  # the template escapes it

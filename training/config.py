@@ -81,6 +81,7 @@ class EvalSection(_Section):
     split: str | None = "val"
     scenarios: int | None = Field(8, ge=1)  # first N of the split (None: all)
     reasoning: bool = False  # trajectory-only decisions are much faster on CPU
+    noise: float = Field(1.0, ge=0)  # the flow's initial-noise scale (0: the deterministic plan)
     workers: int = 0
 
 

@@ -34,7 +34,7 @@ def make_evaluator(recipe: Recipe):
     ids = ids[: e.scenarios] if e.scenarios else None
 
     def run(checkpoint: Path, out: Path) -> dict[str, Any]:
-        spec = f"vla:{checkpoint}" + ("" if e.reasoning else "?reasoning=0")
+        spec = f"vla:{checkpoint}?reasoning={int(e.reasoning)}&noise={e.noise:g}"
         cfg = EvalConfig(bank=e.bank, split=e.split, agent=spec, scenarios=ids, workers=e.workers, rigs=[d.rig],
                          n_frames=d.n_frames, decision_every=d.decision_every, camera_size=tuple(d.camera_size),
                          episode_timeout_s=3600)  # fmt: skip
