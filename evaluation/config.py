@@ -63,6 +63,21 @@ class EvalConfig(BaseModel):
         return {k: v for k, v in self.model_dump(mode="json").items() if k in keep}
 
 
+def read_toml(path: str | Path, what: str, error: type[ValueError]) -> dict[str, Any]:
+    """A TOML file as a dict; a missing or malformed file raises ``error`` naming it."""
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what} file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise error(f"{path}: not valid TOML: {e}") from None
+
+
+def describe(e: ValidationError) -> str:
+    """A pydantic error as ``dotted.key: message; ...``."""
+    return "; ".join(f"{'.'.join(map(str, err['loc'])) or '?'}: {err['msg']}" for err in e.errors())
+
+
 def load_eval_config(path: str | Path | None = None, **overrides: Any) -> EvalConfig:
     """Read ``path`` (a TOML file with the fields at top level or under ``[eval]``), then apply the
     overrides that are not None."""
@@ -70,16 +85,10 @@ def load_eval_config(path: str | Path | None = None, **overrides: Any) -> EvalCo
     where = "command line"
     if path is not None:
         where = str(path)
-        try:
-            raw = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise EvalConfigError(f"{path}: no such eval config file") from None
-        except tomllib.TOMLDecodeError as e:
-            raise EvalConfigError(f"{path}: not valid TOML: {e}") from None
+        raw = read_toml(path, "eval config", EvalConfigError)
         data = dict(raw.get("eval", raw))
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return EvalConfig(**data)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or '?'}: {err['msg']}" for err in e.errors())
-        raise EvalConfigError(f"{where}: {problems}") from None
+        raise EvalConfigError(f"{where}: {describe(e)}") from None

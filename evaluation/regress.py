@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from jinja2 import Environment, PackageLoader, select_autoescape
 
 from evaluation.journal import JournalError, read_episodes
+from evaluation.report import TEMPLATES
 from evaluation.summary import BOOTSTRAP_SAMPLES, scored, suite_score
 
 SCENARIO_DELTA = 5.0  # points: a per-scenario change this large is listed as regressed / improved
@@ -176,6 +176,5 @@ def write_outputs(cmp: Comparison, out: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "regress.md").write_text(to_markdown(cmp))
     (out / "regress.json").write_text(json.dumps(asdict(cmp) | {"failed": cmp.failed}, indent=1))
-    env = Environment(loader=PackageLoader("evaluation", "templates"), autoescape=select_autoescape(["html"]))
-    (out / "regress.html").write_text(env.get_template("regress.html").render(c=cmp, delta=SCENARIO_DELTA))
+    (out / "regress.html").write_text(TEMPLATES.get_template("regress.html").render(c=cmp, delta=SCENARIO_DELTA))
     return out

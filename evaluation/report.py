@@ -20,7 +20,7 @@ from evaluation.summary import CURVE_AND_TURN_TAGS, scored
 WORST_EPISODES = 6
 TRACE_DT = 0.5  # seconds between trace points (evaluation.episode.TRACE_EVERY world steps)
 
-_templates = Environment(loader=PackageLoader("evaluation", "templates"), autoescape=select_autoescape(["html"]))
+TEMPLATES = Environment(loader=PackageLoader("evaluation", "templates"), autoescape=select_autoescape(["html"]))
 
 
 def episode_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -100,7 +100,7 @@ def write_report(out: str | Path, summary: dict[str, Any], records: list[dict[st
     figures["infractions"] = plots.infraction_breakdown(summary["infractions"], summary["distance_km"])
     if summary["rig_ablation"]:
         figures["rigs"] = plots.rig_ablation(summary["rig_ablation"])
-    page = _templates.get_template("report.html").render(
+    page = TEMPLATES.get_template("report.html").render(
         s=summary,
         bank=bank,
         config_json=json.dumps(config, indent=1),

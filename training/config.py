@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evaluation.config import describe, read_toml
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -116,12 +118,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 def load_recipe(path: str | Path | None, overrides: list[str] = ()) -> Recipe:
     data: dict[str, Any] = {}
     if path is not None:
-        try:
-            data = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise RecipeError(f"{path}: no such recipe file") from None
-        except tomllib.TOMLDecodeError as e:
-            raise RecipeError(f"{path}: not valid TOML: {e}") from None
+        data = read_toml(path, "recipe", RecipeError)
     return recipe_from_dict(data, overrides, str(path) if path else "defaults")
 
 
@@ -139,5 +136,4 @@ def recipe_from_dict(data: dict[str, Any], overrides: list[str] = (), where: str
     try:
         return Recipe.model_validate(data)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-        raise RecipeError(f"{where}{' (with --set)' if overrides else ''}: {problems}") from None
+        raise RecipeError(f"{where}{' (with --set)' if overrides else ''}: {describe(e)}") from None
