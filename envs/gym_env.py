@@ -8,6 +8,9 @@ events are accumulated over them. ``info["reward_terms"]`` holds every term's to
 
 ``reset(options={"scenario": id, "ego_offset": (lateral_m, heading_rad)})`` picks the scenario and
 optionally perturbs the ego's start (recovery data for imitation learning).
+``snapshot()`` / ``restore(snap)`` branch an episode: the world (with its RNG), the controller's plan,
+the ego history, camera frames and the accumulated returns (step-level GRPO scores G continuations
+from one snapshot).
 ``step_hooks`` (callables ``hook(env)``) run after every 0.1 s world step (an evaluation's video
 recorder uses it); ``render_seconds`` accumulates the time spent rendering cameras, so a profiler
 can split a step into simulation and rendering.
@@ -15,6 +18,7 @@ can split a step into simulation and rendering.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -167,6 +171,35 @@ class LoopDriveEnv(gym.Env):
             self.cameras.render(self.world, self._frames[:, -1])
             self.render_seconds += time.perf_counter() - t0
             self._frames[:, :-1] = self._frames[:, -1:]
+        return self._observe(), self._info([], {})
+
+    def snapshot(self) -> dict[str, Any]:
+        """The episode's full state at this decision, for :meth:`restore` (in-memory, not for files)."""
+        if self.world is None:
+            raise RuntimeError("call reset() before snapshot()")
+        return {
+            "world": self.world.snapshot(),
+            "controller": copy.deepcopy(self.controller),
+            "history": copy.deepcopy(self.history),
+            "frames": None if self._frames is None else self._frames.copy(),
+            "ego_prev": self._ego_prev,
+            "ego_track": list(self._ego_track),
+            "returns": dict(self._returns),
+            "done": self._done,
+            "scenario": self.scenario,
+        }
+
+    def restore(self, snap: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Go back to a :meth:`snapshot` of this env; returns the observation and info there."""
+        if self.world is None or snap["scenario"].id != self.scenario.id:
+            raise ValueError("restore() takes a snapshot of this env's current episode")
+        self.world.restore(snap["world"])
+        self.controller = copy.deepcopy(snap["controller"])
+        self.history = copy.deepcopy(snap["history"])
+        if self._frames is not None:
+            self._frames[:] = snap["frames"]
+        self._ego_prev, self._ego_track = snap["ego_prev"], list(snap["ego_track"])
+        self._returns, self._done = dict(snap["returns"]), snap["done"]
         return self._observe(), self._info([], {})
 
     def _pick_scenario(self, choice: str | int | None) -> Scenario:

@@ -60,7 +60,7 @@ def save_checkpoint(
     run_dir: str | Path,
     step: int,
     model: Any,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | None,
     trainer_state: dict[str, Any],
     rng: dict[str, torch.Tensor],
     keep_last: int = 2,
@@ -74,7 +74,7 @@ def save_checkpoint(
 
     hf_logging.disable_progress_bar()  # no "Writing model shards" bar per checkpoint
     model.save_pretrained(tmp)
-    tensors, meta = _optimizer_tensors(optimizer)
+    tensors, meta = _optimizer_tensors(optimizer) if optimizer is not None else ({}, {})
     tensors |= {f"rng/{k}": v.contiguous() for k, v in rng.items()}
     save_file(tensors, tmp / "trainer.safetensors")
     (tmp / "trainer_state.json").write_text(json.dumps(trainer_state | {"step": step, "optimizer": meta}, indent=1))

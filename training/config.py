@@ -87,19 +87,77 @@ class EvalSection(_Section):
     workers: int = 0
 
 
+class RLSection(_Section):
+    """Closed-loop RL (GRPO, PPO): rollouts on RLlib env runners, the update on the trainer."""
+
+    iterations: int = Field(40, ge=1)
+    bank: str = "core"
+    split: str | None = "train"
+    scenarios: list[str] | None = None  # default: every scenario of the split
+    # GRPO groups: G rollouts of one (scenario, seed), or G branches from one snapshot
+    level: Literal["episode", "step"] = "episode"
+    groups_per_iter: int = Field(4, ge=1)
+    group_size: int = Field(8, ge=1)
+    branch_horizon: int = Field(6, ge=1)  # step level: decisions scored after the branch
+    score: Literal["driving_score", "return"] = "driving_score"  # what an episode / branch is worth
+    rewards: dict[str, float] | None = None  # the env's reward terms (None: the env's defaults)
+    normalise: bool = True  # (r - mean) / std per group, else r - mean
+    variant: Literal["grpo", "dapo", "gspo", "aipo"] = "grpo"
+    eps_low: float = Field(0.2, ge=0)
+    eps_high: float = Field(0.28, ge=0)
+    dual_clip: float | None = Field(10.0, gt=1)
+    rho_max: float = Field(2.0, gt=0)
+    kl_coef: float = Field(0.0, ge=0)  # k3 KL to the frozen starting policy
+    train: Literal["expert", "vlm", "both"] = "expert"  # which weights the policy gradient moves
+    noise_level: float = Field(0.5, gt=0)  # Flow-SDE noise level a
+    stochastic: Literal["one", "all"] = "one"  # denoising steps that are stochastic
+    epochs: int = Field(1, ge=1)
+    minibatch: int = Field(32, ge=1)
+    lr: float = Field(1e-5, gt=0)
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    # PPO (RLlib's PPO with the dual-clip loss on the same module)
+    gamma: float = Field(0.99, gt=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    clip: float = Field(0.2, gt=0)
+    vf_coef: float = Field(0.5, ge=0)
+    vf_clip: float = Field(10.0, gt=0)
+    batch_steps: int = Field(400, ge=1)  # decisions per PPO iteration (whole episodes)
+    # where rollouts run
+    env_runners: int = Field(0, ge=0)  # 0: in-process
+    ray_address: str | None = None  # join a running cluster ("auto", "ray://host:10001")
+    retries: int = Field(2, ge=0)  # re-runs of the episodes of a failed env runner
+    threads: int | None = None  # torch threads of the trainer
+    log_every: int = Field(1, ge=1)
+    max_iterations_this_run: int | None = None  # stop early (as a kill would) - for resume tests
+
+
+class SB3Section(_Section):
+    """stable-baselines3 PPO on the ``state`` observation with ``action_mode="control"``."""
+
+    timesteps: int = Field(20000, ge=1)
+    n_steps: int = Field(512, ge=8)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(3e-4, gt=0)
+    n_envs: int = Field(2, ge=1)
+    net_arch: list[int] = Field(default_factory=lambda: [64, 64])
+
+
 class CheckpointSection(_Section):
     every: int = Field(100, ge=1)
     keep_last: int = Field(2, ge=1)
 
 
 class Recipe(_Section):
-    algorithm: Literal["sft"] = "sft"
+    algorithm: Literal["sft", "grpo", "ppo", "ppo_sb3"] = "sft"
     seed: int = 0
     init_from: str | None = None  # a saved VLA folder to start from
     data: DataSection = Field(default_factory=DataSection)
     model: ModelSection = Field(default_factory=ModelSection)
     train: TrainSection = Field(default_factory=TrainSection)
     eval: EvalSection = Field(default_factory=EvalSection)
+    rl: RLSection = Field(default_factory=RLSection)
+    sb3: SB3Section = Field(default_factory=SB3Section)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
 
 

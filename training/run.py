@@ -24,8 +24,9 @@ from typing import Any
 from training.config import Recipe, RecipeError, load_recipe, recipe_from_dict
 
 
-def make_evaluator(recipe: Recipe):
-    """Closed-loop evaluation of a checkpoint through ``evaluation`` with the data's observation set-up."""
+def make_evaluator(recipe: Recipe, agent: str | None = None):
+    """Closed-loop evaluation of a checkpoint through ``evaluation`` with the data's observation set-up
+    (``agent``: a spec with ``{checkpoint}`` in it; default the VLA with the eval section's options)."""
     from evaluation import EvalConfig, evaluate
     from scenarios import load_bank
 
@@ -35,8 +36,11 @@ def make_evaluator(recipe: Recipe):
 
     def run(checkpoint: Path, out: Path) -> dict[str, Any]:
         spec = f"vla:{checkpoint}?reasoning={int(e.reasoning)}&noise={e.noise:g}"
+        decision_every = d.decision_every
+        if agent is not None:  # a control policy renews its command every world step, as in training
+            spec, decision_every = agent.format(checkpoint=checkpoint), 1
         cfg = EvalConfig(bank=e.bank, split=e.split, agent=spec, scenarios=ids, workers=e.workers, rigs=[d.rig],
-                         n_frames=d.n_frames, decision_every=d.decision_every, camera_size=tuple(d.camera_size),
+                         n_frames=d.n_frames, decision_every=decision_every, camera_size=tuple(d.camera_size),
                          episode_timeout_s=3600)  # fmt: skip
         return evaluate(cfg, out, progress=False)
 
@@ -57,6 +61,22 @@ def train(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: b
         from training.sft import train_sft
 
         return train_sft(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=make_evaluator(recipe))
+    if recipe.algorithm == "grpo":
+        from training.grpo import train_grpo
+
+        return train_grpo(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=make_evaluator(recipe))
+    if recipe.algorithm == "ppo":
+        from training.ppo import train_ppo
+
+        return train_ppo(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=make_evaluator(recipe))
+    if recipe.algorithm == "ppo_sb3":
+        from training.ppo_sb3 import train_ppo_sb3
+
+        result = train_ppo_sb3(recipe, run_dir, resume=resume, progress=progress)
+        if recipe.eval.final:
+            evaluate = make_evaluator(recipe, agent="sb3:{checkpoint}")
+            result["eval"] = evaluate(Path(result["final"]), run_dir / "evals" / "final")
+        return result
     raise RecipeError(f"algorithm {recipe.algorithm!r} is not implemented")  # pragma: no cover
 
 

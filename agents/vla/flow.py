@@ -244,15 +244,28 @@ def log_prob(
     noise_level: float = 0.5,
     state: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Log-probability [B] of a stored denoising chain under the expert's current weights (with grad)."""
-    steps = chain.shape[0] - 1
-    batch = chain.shape[1]
+    """Log-probability [B] of a stored denoising chain under the expert's current weights (with grad).
+
+    ``mask`` marks the stochastic steps: [steps] for the whole batch, or [B, steps] per sample (a
+    training batch mixes decisions that each drew their own random step); each step's expert pass
+    runs only on the samples stochastic there.
+    """
+    steps, batch = chain.shape[0] - 1, chain.shape[1]
+    mask = mask.to(chain.device).bool()
+    if mask.dim() == 1:
+        mask = mask.expand(batch, steps)
     logp = torch.zeros(batch, device=chain.device, dtype=chain.dtype)
     for i in range(steps):
-        if not mask[i]:
+        rows = mask[:, i].nonzero().squeeze(1)
+        if len(rows) == 0:
             continue
-        x = chain[i]
-        t = torch.full((batch,), i / steps, device=x.device, dtype=x.dtype)
-        mean, std = _sde_step_params(x, expert(x, t, context, context_mask, state), i, steps, noise_level)
-        logp = logp + gaussian_log_prob(chain[i + 1], mean, std)
+        full = len(rows) == batch
+        x = chain[i] if full else chain[i, rows]
+        ctx = context if full or context is None else [(k[rows], v[rows]) for k, v in context]
+        cmask = context_mask if full or context_mask is None else context_mask[rows]
+        st = state if full or state is None else state[rows]
+        t = torch.full((len(rows),), i / steps, device=x.device, dtype=x.dtype)
+        mean, std = _sde_step_params(x, expert(x, t, ctx, cmask, st), i, steps, noise_level)
+        target = chain[i + 1] if full else chain[i + 1, rows]
+        logp = logp.index_add(0, rows, gaussian_log_prob(target, mean, std))
     return logp

@@ -1,0 +1,295 @@
+"""GRPO on the flow-matching trajectory head (and optionally the VLM), read top to bottom.
+
+One iteration:
+  1. plan ``groups_per_iter`` groups of ``group_size`` tasks: the same scenario and seed G times
+     (episode level) or G branches from one snapshot at a random decision (step level);
+  2. run them on RLlib env runners with the Flow-SDE policy (:mod:`training.rollouts`): every
+     decision keeps its denoising chain and Gaussian log-prob;
+  3. score each rollout (the episode's Driving Score, or the summed reward), normalise within its
+     group -> the advantage of each of its decisions (DAPO: drop groups whose scores are all equal
+     and sample more);
+  4. ``epochs`` passes of minibatch updates of the clipped objective (:mod:`training.rl_losses`)
+     with the chains' log-probs under the current weights, optionally with a k3 KL to the start;
+  5. log, checkpoint, evaluate in closed loop (deterministic plan) every ``eval.every`` iterations.
+
+Resume is exact with in-process rollouts: the task plan, the runners' sampling noise and the
+minibatch order are all seeded by (seed, iteration), and the optimiser state is in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from training.checkpoints import clean_stale, latest_checkpoint, load_trainer_state, publish_final, save_checkpoint
+from training.config import Recipe, RecipeError
+from training.metrics_log import MetricsLogger
+from training.rl_losses import ClipConfig, group_advantages, informative_groups, policy_loss
+from training.rollouts import Rollout, RolloutWorkers, Task
+
+DECISIONS_TO_BRANCH = 0.7  # step level: branch points fall in the first 70% of a scenario
+
+
+def env_config(recipe: Recipe, image_size: tuple[int, int]) -> dict[str, Any]:
+    from envs.gym_env import DEFAULT_OBSERVATIONS
+
+    rl, d = recipe.rl, recipe.data
+    cfg = dict(bank=rl.bank, split=rl.split, rig=d.rig, n_frames=d.n_frames, decision_every=d.decision_every,
+               camera_size=list(d.camera_size), observations=list(DEFAULT_OBSERVATIONS),
+               image_size=list(image_size))  # fmt: skip
+    if rl.rewards is not None:
+        cfg["rewards"] = dict(rl.rewards)
+    return cfg
+
+
+def scenario_pool(recipe: Recipe) -> list[tuple[str, float]]:
+    from scenarios import load_bank
+
+    bank = load_bank(recipe.rl.bank, split=recipe.rl.split)
+    pool = [(s.id, s.duration_s) for s in bank.scenarios]
+    if recipe.rl.scenarios:
+        known = {sid for sid, _ in pool}
+        missing = [s for s in recipe.rl.scenarios if s not in known]
+        if missing:
+            raise RecipeError(f"rl.scenarios: {missing} are not in bank {recipe.rl.bank!r} split {recipe.rl.split!r}")
+        pool = [p for p in pool if p[0] in recipe.rl.scenarios]
+    return pool
+
+
+def plan_tasks(recipe: Recipe, pool: list[tuple[str, float]], iteration: int, rnd: int = 0) -> list[Task]:
+    """``groups_per_iter`` groups of ``group_size`` tasks, seeded by (seed, iteration, round)."""
+    rl = recipe.rl
+    rng = np.random.default_rng([recipe.seed, iteration, rnd])
+    picks = rng.choice(len(pool), size=rl.groups_per_iter, replace=len(pool) < rl.groups_per_iter)
+    decision_s = 0.1 * recipe.data.decision_every
+    tasks, uid = [], 0
+    for g, i in enumerate(picks):
+        scenario, duration = pool[int(i)]
+        seed = int(rng.integers(2**31 - 1))
+        last = max(1, int(DECISIONS_TO_BRANCH * duration / decision_s))
+        branch_at = int(rng.integers(0, last)) if rl.level == "step" else 0
+        for _ in range(rl.group_size):
+            tasks.append(Task(uid=uid, group=g + 1000 * rnd, scenario=scenario, seed=seed, branch_at=branch_at))
+            uid += 1
+    return tasks
+
+
+def trainable_names(model, part: str) -> list[str]:
+    prefixes = {"expert": ("expert.",), "vlm": ("backbone.",), "both": ("expert.", "backbone.")}[part]
+    return [n for n, _ in model.named_parameters() if n.startswith(prefixes)]
+
+
+def set_trainable(model, part: str) -> list[torch.nn.Parameter]:
+    names = set(trainable_names(model, part))
+    params = []
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in names)
+        if n in names:
+            params.append(p)
+    return params
+
+
+def shipped_weights(model, part: str) -> dict[str, np.ndarray]:
+    """The weights the env runners need after an update: only what the gradient moves."""
+    names = set(trainable_names(model, part))
+    return {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items() if k in names}
+
+
+def samples_of(rollouts: list[Rollout], scores: torch.Tensor, advantages: torch.Tensor) -> dict[str, Any]:
+    """Flatten rollouts into decision samples, each carrying its rollout's advantage."""
+    obs, chains, smasks, logp, adv, seq = [], [], [], [], [], []
+    for r, a in zip(rollouts, advantages.tolist()):
+        obs += r.observations
+        chains.append(r.chains)
+        smasks.append(r.smasks)
+        logp.append(r.logp)
+        adv += [a] * len(r.logp)
+        seq += [r.uid] * len(r.logp)
+    return {
+        "obs": obs,
+        "chain": torch.from_numpy(np.concatenate(chains)),  # [N, steps + 1, 64, 2]
+        "smask": torch.from_numpy(np.concatenate(smasks)),
+        "logp_old": torch.from_numpy(np.concatenate(logp)),
+        "adv": torch.tensor(adv, dtype=torch.float32),
+        "seq": torch.tensor(seq),
+    }
+
+
+def rollout_metrics(rollouts: list[Rollout], scores: torch.Tensor, groups: torch.Tensor) -> dict[str, float]:
+    out = {"reward/score": float(scores.mean())}
+    stds = [float(scores[groups == g].std()) for g in torch.unique(groups) if int((groups == g).sum()) > 1]
+    out["reward/score_std_in_group"] = float(np.mean(stds)) if stds else 0.0
+    terms: dict[str, list[float]] = {}
+    for r in rollouts:
+        for k, v in r.reward_terms.items():
+            terms.setdefault(k, []).append(v)
+    out |= {f"reward_terms/{k}": float(np.mean(v)) for k, v in terms.items()}
+    done = [r.metrics for r in rollouts if r.metrics is not None]
+    if done:
+        out["episode/driving_score"] = float(np.mean([m["leaderboard"]["score"] for m in done]))
+        out["episode/route_completion"] = float(np.mean([m["leaderboard"]["route_completion"] for m in done]))
+        out["episode/at_fault_collisions"] = float(np.mean([m["at_fault_collisions"] for m in done]))
+    out["episode/decisions"] = float(np.mean([len(r.logp) for r in rollouts]))
+    return out
+
+
+def update(policy, reference, optimizer, params, batch: dict[str, Any], recipe: Recipe,
+           iteration: int) -> dict[str, float]:  # fmt: skip
+    """``epochs`` passes of minibatch gradient steps on the GRPO objective."""
+    rl = recipe.rl
+    clip = ClipConfig(rl.eps_low, rl.eps_high, rl.dual_clip, rl.rho_max)
+    n = len(batch["obs"])
+    device = policy.device
+    stats: dict[str, list[float]] = {}
+    for epoch in range(rl.epochs):
+        shuffle = torch.Generator().manual_seed(recipe.seed * 1_000_003 + iteration * 101 + epoch)
+        order = torch.randperm(n, generator=shuffle)
+        for start in range(0, n, rl.minibatch):
+            idx = order[start : start + rl.minibatch]
+            obs = [batch["obs"][i] for i in idx.tolist()]
+            chain = batch["chain"][idx].transpose(0, 1).to(device)
+            smask = batch["smask"][idx]
+            logp = policy.chain_log_prob(obs, chain, smask, rl.noise_level, train_vlm=rl.train != "expert")
+            logp_ref = None
+            if reference is not None and rl.kl_coef > 0:
+                with torch.no_grad():
+                    logp_ref = reference.chain_log_prob(obs, chain, smask, rl.noise_level)
+            loss, st = policy_loss(logp, batch["logp_old"][idx].to(device), batch["adv"][idx].to(device), clip,
+                                   rl.variant, batch["seq"][idx], logp_ref, rl.kl_coef)  # fmt: skip
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, rl.grad_clip)
+            optimizer.step()
+            st |= {"loss/policy": float(loss.detach()), "grad_norm": float(grad_norm)}
+            for k, v in st.items():
+                stats.setdefault(k, []).append(v)
+    return {k: float(np.mean(v)) for k, v in stats.items()}
+
+
+def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None,
+               evaluate_fn=None) -> dict[str, Any]:  # fmt: skip
+    from agents.vla.model import VLA
+
+    run_dir = Path(run_dir)
+    rl = recipe.rl
+    if not recipe.init_from:
+        raise RecipeError("GRPO fine-tunes a trained policy: set init_from (--set init_from=RUN/checkpoints/final)")
+    if rl.threads:
+        torch.set_num_threads(rl.threads)
+    clean_stale(run_dir)
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    start_path = ckpt or Path(recipe.init_from)
+    policy = VLA.from_pretrained(start_path)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    policy = policy.to(device).train()
+    params = set_trainable(policy, rl.train)
+    reference = None
+    if rl.kl_coef > 0:
+        reference = VLA.from_pretrained(recipe.init_from).to(device).eval()
+    optimizer = torch.optim.AdamW(params, lr=rl.lr, weight_decay=rl.weight_decay)
+    iteration = 0
+    if ckpt is not None:
+        state, optim_state, _ = load_trainer_state(ckpt)
+        optimizer.load_state_dict(optim_state)
+        iteration = state["step"]
+
+    _init_ray(rl)
+    model_config = {"path": str(Path(start_path).resolve()), "noise_level": rl.noise_level,
+                    "stochastic": rl.stochastic, "eval_noise": recipe.eval.noise,
+                    "threads": 1 if rl.env_runners else None}  # fmt: skip
+    workers = RolloutWorkers(env_config(recipe, policy.config.image_size), model_config, rl.env_runners, recipe.seed)
+    pool = scenario_pool(recipe)
+    logger = MetricsLogger(run_dir, resume_step=iteration)
+
+    def checkpoint(at: int) -> Path:
+        return save_checkpoint(run_dir, at, policy, optimizer, {"iteration": at}, {"torch": torch.get_rng_state()},
+                               recipe.checkpoint.keep_last)  # fmt: skip
+
+    stop_at = rl.iterations
+    if rl.max_iterations_this_run is not None:
+        stop_at = min(rl.iterations, iteration + rl.max_iterations_this_run)
+    bar = tqdm(total=rl.iterations, initial=iteration, desc=f"grpo ({rl.level} level)", unit="iter",
+               disable=None if progress is None else not progress)  # fmt: skip
+    last: dict[str, Any] = {}
+    try:
+        while iteration < stop_at:
+            t0 = time.perf_counter()
+            weights = shipped_weights(policy, rl.train)
+            rollouts, rounds = [], 0
+            while True:  # DAPO samples more groups until enough are informative (at most 3 rounds)
+                tasks = plan_tasks(recipe, pool, iteration, rounds)
+                seed = recipe.seed * 1_000_003 + iteration * 31 + rounds
+                rollouts += workers.run(tasks, weights | {"__seed__": np.array(seed)}, rl.level, rl.branch_horizon,
+                                        rl.retries)  # fmt: skip
+                rounds += 1
+                groups = torch.tensor([r.group for r in rollouts])
+                scores = torch.tensor([r.score(rl.score if rl.level == "episode" else "return") for r in rollouts])
+                keep = informative_groups(scores, groups)
+                n_informative = len(torch.unique(groups[keep])) if keep.any() else 0
+                if rl.variant != "dapo" or n_informative >= rl.groups_per_iter or rounds >= 3:
+                    break
+            t_rollout = time.perf_counter() - t0
+            metrics = rollout_metrics(rollouts, scores, groups)
+            adv = group_advantages(scores, groups, rl.normalise)
+            if rl.variant == "dapo":
+                rollouts = [r for r, k in zip(rollouts, keep.tolist()) if k]
+                adv, scores = adv[keep], scores[keep]
+            metrics["groups/informative"] = float(n_informative)
+            t1 = time.perf_counter()
+            if rollouts:
+                batch = samples_of(rollouts, scores, adv)
+                metrics |= update(policy, reference, optimizer, params, batch, recipe, iteration)
+            iteration += 1
+            env_steps = sum(r.env_steps for r in rollouts)
+            metrics |= {"time/rollout_s": t_rollout, "time/update_s": time.perf_counter() - t1,
+                        "env_steps_per_s": env_steps / max(t_rollout, 1e-9), "lr": rl.lr,
+                        "env_runner_restarts": float(workers.restarts)}  # fmt: skip
+            if iteration % rl.log_every == 0 or iteration == rl.iterations:
+                logger.log(iteration, metrics)
+            last = metrics
+            bar.update(1)
+            bar.set_postfix(score=f"{metrics['reward/score']:.3f}", clip=f"{metrics.get('clip_fraction', 0):.2f}",
+                            refresh=False)  # fmt: skip
+            due = iteration % recipe.checkpoint.every == 0 or iteration == rl.iterations
+            path = checkpoint(iteration) if due else None
+            if evaluate_fn and recipe.eval.every and iteration % recipe.eval.every == 0 and iteration < rl.iterations:
+                path = path or checkpoint(iteration)
+                logger.log(iteration, _eval_metrics(evaluate_fn(path, run_dir / "evals" / path.name)))
+    finally:
+        bar.close()
+        workers.stop()
+    result: dict[str, Any] = {"iteration": iteration, **last}
+    if iteration >= rl.iterations:
+        final = publish_final(run_dir, latest_checkpoint(run_dir))
+        result["final"] = str(final)
+        if evaluate_fn is not None and recipe.eval.final:
+            summary = evaluate_fn(final, run_dir / "evals" / "final")
+            logger.log(iteration, _eval_metrics(summary))
+            result["eval"] = summary
+    logger.plot()
+    logger.close()
+    return result
+
+
+def _init_ray(rl) -> None:
+    import os
+
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if not ray.is_initialized():
+        if rl.ray_address:
+            ray.init(address=rl.ray_address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=max(2, rl.env_runners + 1), include_dashboard=False, log_to_driver=False)
+
+
+def _eval_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    from training.sft import _eval_metrics as from_summary
+
+    return from_summary(summary)

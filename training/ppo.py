@@ -1,0 +1,197 @@
+"""PPO on the VLA with RLlib's PPO algorithm: its env runners, GAE connector and learner loop.
+
+What is ours: the module (:class:`training.rl_module.VLAModule`: Flow-SDE actions, chain
+log-probs, a value head on the state features) and the loss (:class:`FlowPPOLearner`), because
+RLlib's PPO loss reads log-probs from an action distribution, and a flow policy has none: the
+log-prob is that of the stored denoising chain. The loss is the clipped surrogate with the
+optional dual-clip (:func:`training.rl_losses.clipped_loss`) plus the clipped value loss; there is
+no entropy bonus (the flow has no closed-form entropy; exploration is the SDE's noise level).
+
+Checkpoints are the VLA folder (``save_pretrained``) plus ``value_head.safetensors``; a resumed run
+restarts from the latest one with fresh optimiser moments (RLlib keeps those in its own state).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.learner import POLICY_LOSS_KEY, VF_LOSS_KEY
+from ray.rllib.evaluation.postprocessing import Postprocessing
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from training.checkpoints import clean_stale, latest_checkpoint, publish_final, save_checkpoint
+from training.config import Recipe, RecipeError
+from training.grpo import _eval_metrics, _init_ray, env_config
+from training.metrics_log import MetricsLogger
+from training.rl_losses import ClipConfig, clipped_loss, log_ratio
+
+VALUE_HEAD = "value_head.safetensors"
+
+
+class FlowPPOLearner(PPOTorchLearner):
+    def compute_loss_for_module(self, *, module_id, config, batch: dict[str, Any], fwd_out: dict[str, Any]):
+        module = self.module[module_id].unwrapped()
+        mask = batch.get(Columns.LOSS_MASK)
+
+        def mean(x: torch.Tensor) -> torch.Tensor:
+            return x[mask].sum() / mask.sum() if mask is not None else x.mean()
+
+        ratio = torch.exp(log_ratio(fwd_out[Columns.ACTION_LOGP], batch[Columns.ACTION_LOGP]))
+        dual = config.learner_config_dict.get("dual_clip")
+        policy, clipped = clipped_loss(ratio, batch[Postprocessing.ADVANTAGES],
+                                       ClipConfig(config.clip_param, config.clip_param, dual))  # fmt: skip
+        values = module.compute_values(batch)
+        vf = torch.clamp((values - batch[Postprocessing.VALUE_TARGETS]) ** 2, 0, config.vf_clip_param)
+        total = mean(policy + config.vf_loss_coeff * vf)
+        self.metrics.log_dict({
+            POLICY_LOSS_KEY: mean(policy), VF_LOSS_KEY: mean(vf), "clip_fraction": mean(clipped.float()),
+            "ratio_mean": mean(ratio), "approx_kl_old": mean(batch[Columns.ACTION_LOGP] - fwd_out[Columns.ACTION_LOGP]),
+        }, key=module_id, window=1)  # fmt: skip
+        return total
+
+
+def build_algorithm(recipe: Recipe, model_path: Path, image_size: tuple[int, int]):
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from training.rl_env import RLDriveEnv
+    from training.rl_module import VLAModule
+
+    rl = recipe.rl
+    model_config = {"path": str(model_path.resolve()), "noise_level": rl.noise_level, "stochastic": rl.stochastic,
+                    "eval_noise": recipe.eval.noise, "train": rl.train, "seed": recipe.seed,
+                    "threads": 1 if rl.env_runners else None}  # fmt: skip
+    config = (
+        PPOConfig()
+        .environment(
+            RLDriveEnv,
+            env_config=env_config(recipe, image_size),
+            normalize_actions=False,
+            clip_actions=False,
+            disable_env_checking=True,
+        )
+        .framework("torch")
+        .env_runners(
+            num_env_runners=rl.env_runners,
+            num_envs_per_env_runner=1,
+            batch_mode="complete_episodes",
+            rollout_fragment_length="auto",
+        )
+        .rl_module(rl_module_spec=RLModuleSpec(module_class=VLAModule, model_config=model_config))
+        .training(
+            learner_class=FlowPPOLearner,
+            lr=rl.lr,
+            gamma=rl.gamma,
+            lambda_=rl.gae_lambda,
+            clip_param=rl.clip,
+            vf_clip_param=rl.vf_clip,
+            vf_loss_coeff=rl.vf_coef,
+            entropy_coeff=0.0,
+            use_kl_loss=False,
+            train_batch_size_per_learner=rl.batch_steps,
+            minibatch_size=rl.minibatch,
+            num_epochs=rl.epochs,
+            grad_clip=rl.grad_clip,
+            learner_config_dict={"dual_clip": rl.dual_clip},
+        )
+        .learners(num_learners=0)
+        .fault_tolerance(restart_failed_env_runners=True)
+        .debugging(seed=recipe.seed)
+    )
+    return config.build_algo()
+
+
+def _learner_module(algo):
+    return algo.learner_group._learner.module["default_policy"].unwrapped()
+
+
+def train_ppo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None,
+              evaluate_fn=None) -> dict[str, Any]:  # fmt: skip
+    from agents.vla.model import VLA
+
+    run_dir = Path(run_dir)
+    rl = recipe.rl
+    if not recipe.init_from:
+        raise RecipeError("PPO fine-tunes a trained policy: set init_from (--set init_from=RUN/checkpoints/final)")
+    if rl.threads:
+        torch.set_num_threads(rl.threads)
+    clean_stale(run_dir)
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    start = Path(ckpt or recipe.init_from)
+    image_size = VLA.from_pretrained(start).config.image_size
+    _init_ray(rl)
+    algo = build_algorithm(recipe, start, image_size)
+    module = _learner_module(algo)
+    iteration = 0
+    if ckpt is not None:
+        module.value_head.load_state_dict(load_file(ckpt / VALUE_HEAD))
+        algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
+        iteration = _iteration_of(ckpt)
+    logger = MetricsLogger(run_dir, resume_step=iteration)
+
+    def checkpoint(at: int) -> Path:
+        path = save_checkpoint(run_dir, at, module.vla, None, {"iteration": at}, {}, recipe.checkpoint.keep_last)
+        save_file({k: v.contiguous() for k, v in module.value_head.state_dict().items()}, path / VALUE_HEAD)
+        return path
+
+    stop_at = rl.iterations
+    if rl.max_iterations_this_run is not None:
+        stop_at = min(rl.iterations, iteration + rl.max_iterations_this_run)
+    bar = tqdm(total=rl.iterations, initial=iteration, desc="ppo", unit="iter",
+               disable=None if progress is None else not progress)  # fmt: skip
+    last: dict[str, Any] = {}
+    try:
+        while iteration < stop_at:
+            t0 = time.perf_counter()
+            result = algo.train()
+            iteration += 1
+            last = _flatten_result(result) | {"time/iteration_s": time.perf_counter() - t0}
+            logger.log(iteration, last)
+            bar.update(1)
+            due = iteration % recipe.checkpoint.every == 0 or iteration == rl.iterations
+            path = checkpoint(iteration) if due else None
+            if evaluate_fn and recipe.eval.every and iteration % recipe.eval.every == 0 and iteration < rl.iterations:
+                path = path or checkpoint(iteration)
+                logger.log(iteration, _eval_metrics(evaluate_fn(path, run_dir / "evals" / path.name)))
+    finally:
+        bar.close()
+        algo.stop()
+    out: dict[str, Any] = {"iteration": iteration, **last}
+    if iteration >= rl.iterations:
+        final = publish_final(run_dir, latest_checkpoint(run_dir))
+        out["final"] = str(final)
+        if evaluate_fn is not None and recipe.eval.final:
+            summary = evaluate_fn(final, run_dir / "evals" / "final")
+            logger.log(iteration, _eval_metrics(summary))
+            out["eval"] = summary
+    logger.plot()
+    logger.close()
+    return out
+
+
+def _iteration_of(ckpt: Path) -> int:
+    import json
+
+    return int(json.loads((ckpt / "trainer_state.json").read_text())["iteration"])
+
+
+def _flatten_result(result: dict[str, Any]) -> dict[str, float]:
+    """The scalars worth a curve from RLlib's result dict: episode returns, learner losses, throughput."""
+    out: dict[str, float] = {}
+    env = result.get("env_runners", {})
+    for key, name in (("episode_return_mean", "reward/return"), ("episode_len_mean", "episode/decisions"),
+                      ("num_env_steps_sampled", "env_steps"), ("num_episodes", "episodes")):  # fmt: skip
+        if key in env:
+            out[name] = float(env[key])
+    learner = result.get("learners", {}).get("default_policy", {})
+    keys = ("policy_loss", "vf_loss", "clip_fraction", "ratio_mean", "approx_kl_old")
+    for key in (*keys, "gradients_default_optimizer_global_norm"):
+        if key in learner:
+            out[f"learner/{key}"] = float(learner[key])
+    return out

@@ -1,0 +1,86 @@
+"""The environment as RLlib builds it: ``LoopDriveEnv`` from one ``env_config`` dict, with a task queue.
+
+RLlib constructs an env class with a single ``EnvContext`` argument and resets it without options
+(also on auto-reset), so GRPO cannot ask for "scenario X with seed S" through ``reset``. Instead
+the trainer hands every env runner its tasks with ``set_tasks`` and each reset takes the next one;
+G copies of a task make a group (same scenario, same seed, same traffic). With an empty queue a
+reset draws a scenario from the bank like ``LoopDriveEnv`` does.
+
+Cameras are resized to the VLA's input size here (``image_size``), with the same OpenCV area filter
+the model applies, so rollouts store and ship 5x fewer bytes without changing what the model sees.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import cv2
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs.gym_env import LoopDriveEnv
+
+Task = tuple[str, int]  # (scenario id, reset seed)
+
+
+class RLDriveEnv(gym.Wrapper):
+    """``LoopDriveEnv(**config)``; extra keys: ``image_size`` (H, W) for the cameras, ``tasks``."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        cfg = dict(config or {})
+        cfg.pop("num_envs", None)  # added by RLlib's vector entry point
+        image_size = cfg.pop("image_size", None)
+        tasks = cfg.pop("tasks", ())
+        for key in ("camera_size", "observations"):
+            if key in cfg and isinstance(cfg[key], list):
+                cfg[key] = tuple(cfg[key])
+        super().__init__(LoopDriveEnv(**cfg))
+        self.image_size = tuple(image_size) if image_size else None
+        self.observation_space = self.env.observation_space
+        if self.image_size and "cameras" in self.observation_space.spaces:
+            n_cams, n_frames = self.observation_space["cameras"].shape[:2]
+            shape = (n_cams, n_frames, *self.image_size, 3)
+            self.observation_space = spaces.Dict(
+                {**self.observation_space.spaces, "cameras": spaces.Box(0, 255, shape, np.uint8)}
+            )
+        self.tasks: deque[Task] = deque()
+        self.set_tasks(tasks)
+        self.current_task: Task | None = None
+
+    def set_tasks(self, tasks: Sequence[Task]) -> None:
+        """Replace the queue: each following reset drives the next (scenario, seed)."""
+        self.tasks = deque((str(s), int(seed)) for s, seed in tasks)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if self.tasks:
+            scenario, seed = self.tasks.popleft()
+            options = {**(options or {}), "scenario": scenario}
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.current_task = (info["scenario"], seed)
+        info["task"] = self.current_task
+        return self._resize(obs), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._resize(obs), reward, terminated, truncated, info
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.env.unwrapped.snapshot()
+
+    def restore(self, snap: dict[str, Any]):
+        obs, info = self.env.unwrapped.restore(snap)
+        return self._resize(obs), info
+
+    def _resize(self, obs: dict[str, Any]) -> dict[str, Any]:
+        if self.image_size is None or "cameras" not in obs:
+            return obs
+        h, w = self.image_size
+        cams = obs["cameras"]
+        if cams.shape[2:4] == (h, w):
+            return obs
+        flat = cams.reshape(-1, *cams.shape[-3:])
+        small = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in flat])
+        return {**obs, "cameras": small.reshape(*cams.shape[:2], h, w, 3)}

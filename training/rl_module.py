@@ -1,0 +1,97 @@
+"""The VLA as an RLlib ``RLModule``: what env runners call to act, and what learners call to score.
+
+- ``forward_exploration`` samples the trajectory with the flow turned into an SDE (Flow-GRPO) and
+  returns, besides the action, the denoising ``chain``, its stochastic-step mask ``smask`` and the
+  Gaussian log-prob (``action_logp``): RLlib stores them in the episode, so a learner can compute
+  the same chain's log-prob under newer weights.
+- ``forward_inference`` is the deterministic plan (the ODE from ``eval_noise`` x the prior's sample).
+- ``forward_train`` recomputes ``action_logp`` of the stored chains (with grad).
+- ``compute_values``: a small MLP on the action expert's state features (ego state, route, command),
+  the critic for PPO's GAE.
+
+``model_config``: ``path`` (a saved VLA folder, readable where the module is built), ``noise_level``,
+``stochastic`` ("one" | "all"), ``eval_noise``, ``train`` ("expert" freezes the VLM), ``seed``,
+``threads`` (torch threads on a runner).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.apis import ValueFunctionAPI
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from torch import nn
+
+from agents.vla.model import STATE_FEATURES, VLA, state_features
+
+CHAIN, SMASK = "chain", "smask"
+
+
+def observations_from_batch(obs: dict[str, Any]) -> list[dict[str, np.ndarray]]:
+    """RLlib's batched observation dict (tensors [B, ...]) back to one dict per sample."""
+    arrays = {k: (v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v)) for k, v in obs.items()}
+    n = len(next(iter(arrays.values())))
+    return [{k: a[i] for k, a in arrays.items()} for i in range(n)]
+
+
+class ValueHead(nn.Module):
+    def __init__(self, hidden: int = 64) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(STATE_FEATURES, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                                 nn.Linear(hidden, 1))  # fmt: skip
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net(features).squeeze(-1)
+
+
+class VLAModule(TorchRLModule, ValueFunctionAPI):
+    def setup(self) -> None:
+        mc = dict(self.model_config or {})
+        if "path" not in mc:
+            raise ValueError("VLAModule needs model_config['path']: a saved VLA folder")
+        if mc.get("threads"):
+            torch.set_num_threads(int(mc["threads"]))
+        self.vla = VLA.from_pretrained(mc["path"])
+        self.noise_level = float(mc.get("noise_level", 0.5))
+        self.stochastic = str(mc.get("stochastic", "one"))
+        self.eval_noise = float(mc.get("eval_noise", 0.0))
+        if mc.get("train") == "expert":  # the policy gradient moves the flow head only (and the value head)
+            self.vla.backbone.requires_grad_(False)
+        self.value_head = ValueHead()
+        self.generator = torch.Generator().manual_seed(int(mc.get("seed", 0)))
+
+    # --- acting (env runners) ------------------------------------------------------------------------------
+    def _forward_inference(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        obs = observations_from_batch(batch[Columns.OBS])
+        out = self.vla.act_batch(obs, reasoning=False, generator=self.generator, noise_scale=self.eval_noise)
+        return {Columns.ACTIONS: torch.from_numpy(np.stack([o["trajectory"] for o in out]))}
+
+    def _forward_exploration(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        obs = observations_from_batch(batch[Columns.OBS])
+        with torch.no_grad():
+            traj, chain, smask, logp = self.vla.sample_with_log_prob(
+                obs, self.noise_level, self.stochastic, self.generator
+            )
+        n = len(obs)
+        return {
+            Columns.ACTIONS: traj.float(),
+            Columns.ACTION_LOGP: logp.float(),
+            CHAIN: chain.transpose(0, 1).float(),  # [B, steps + 1, 64, 2]
+            SMASK: smask.expand(n, -1).float(),  # [B, steps]
+        }
+
+    # --- learning -------------------------------------------------------------------------------------------
+    def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        obs = observations_from_batch(batch[Columns.OBS])
+        chain = torch.as_tensor(batch[CHAIN]).transpose(0, 1).to(self.vla.device)
+        smask = torch.as_tensor(batch[SMASK]).bool()
+        logp = self.vla.chain_log_prob(obs, chain, smask, self.noise_level)
+        return {Columns.ACTION_LOGP: logp}
+
+    def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        obs = observations_from_batch(batch[Columns.OBS])
+        feats = torch.from_numpy(np.stack([state_features(o) for o in obs])).to(self.vla.device)
+        return self.value_head(feats)
