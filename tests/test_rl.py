@@ -234,3 +234,69 @@ def test_sb3_ppo_baseline_trains_resumes_and_loads_as_an_agent(tmp_path):
     assert more["timesteps"] == 128  # continued from 64, not restarted
     agent = load_agent(more["agent"])
     assert agent.control
+
+
+def test_sampled_reasoning_and_chain_log_probs_are_recomputed_exactly(tiny_vla):
+    from agents.vla.model import VLA
+    from envs.gym_env import LoopDriveEnv
+
+    env = LoopDriveEnv(bank="smoke", n_frames=1, camera_size=(56, 112))
+    obs = [env.reset(seed=i, options={"scenario": s})[0] for i, s in enumerate(("curve-000", "lead_brake-000"))]
+    model = VLA.from_pretrained(tiny_vla)
+    model.config.max_reasoning_tokens = 12
+    traj, chain, smask, logp, ids, text_logp = model.sample_with_log_prob(
+        obs, generator=torch.Generator().manual_seed(0), reasoning=True, temperature=0.9
+    )
+    assert traj.shape == (2, 64, 3) and ids.shape[0] == 2 and text_logp.shape == (2,)
+    with torch.no_grad():
+        text_again, traj_again = model.joint_log_prob(obs, ids, chain, smask.expand(2, -1), temperature=0.9)
+    torch.testing.assert_close(text_again, text_logp, atol=1e-4, rtol=1e-5)  # ratio 1 for the unchanged policy
+    torch.testing.assert_close(traj_again, logp, atol=1e-4, rtol=1e-5)
+    assert all(isinstance(t, str) for t in model.decode_reasoning(ids))
+
+
+def test_grpo_step_level_with_reasoning_and_the_consistency_reward(ray_local, tiny_vla, tmp_path):
+    from agents.vla.model import VLA
+    from training.run import train
+
+    recipe = _rl_recipe("grpo", tiny_vla, level="step", branch_horizon=2, group_size=3, reasoning=True,
+                        consistency_weight=1.0, train="both", lr=1e-3)  # fmt: skip
+    result = train(recipe, tmp_path / "run", progress=False)
+    assert result["iteration"] == 1
+    assert 0.0 <= result["reward/consistency"] <= 1.0  # scored on the env runner by the rules critic
+    assert "reasoning/ratio_mean" in result  # the reasoning tokens' clipped objective joined the loss
+    before, after = VLA.from_pretrained(tiny_vla), VLA.from_pretrained(result["final"])
+    assert any(not torch.equal(a, b) for a, b in zip(before.backbone.parameters(), after.backbone.parameters()))
+
+
+def test_a_killed_env_runner_is_restarted_and_its_rollouts_redone(ray_local, tiny_vla):
+    import os
+    import signal
+    import threading
+    import time
+
+    from training.rollouts import RolloutWorkers, Task
+
+    env_config = {"bank": "smoke", "n_frames": 1, "image_size": [56, 112]}
+    workers = RolloutWorkers(env_config, {"path": str(tiny_vla), "threads": 1}, num_env_runners=1)
+    try:
+        (pid,) = workers.group.foreach_env_runner(lambda r: os.getpid(), local_env_runner=False)
+        tasks = [Task(uid=i, group=i, scenario="lead_brake-000", seed=i) for i in range(12)]  # ~10 s of work
+        killer = threading.Timer(2.5, os.kill, (pid, signal.SIGKILL))  # mid-rollout
+        killer.start()
+        t0 = time.perf_counter()
+        rollouts = workers.run(tasks, None, retries=2)
+        killer.join()
+        assert time.perf_counter() - t0 > 2.5  # the kill happened during the call
+        # nothing lost: Ray restarted the actor and retried the call on it, or RolloutWorkers re-ran the tasks
+        assert sorted(r.uid for r in rollouts) == list(range(12))
+        pids: list[int] = []
+        for _ in range(60):
+            workers.recover()
+            pids = workers.group.foreach_env_runner(lambda r: os.getpid(), local_env_runner=False)
+            if pids:
+                break
+            time.sleep(1)
+        assert pids and pids[0] != pid
+    finally:
+        workers.stop()

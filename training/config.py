@@ -111,6 +111,11 @@ class RLSection(_Section):
     train: Literal["expert", "vlm", "both"] = "expert"  # which weights the policy gradient moves
     noise_level: float = Field(0.5, gt=0)  # Flow-SDE noise level a
     stochastic: Literal["one", "all"] = "one"  # denoising steps that are stochastic
+    reasoning: bool = False  # sample the Chain-of-Causation too; its token log-probs join the objective
+    temperature: float = Field(1.0, gt=0)  # of the reasoning's sampling (and of its log-probs)
+    reasoning_weight: float = Field(1.0, ge=0)  # weight of the reasoning tokens' clipped objective
+    consistency_weight: float = Field(0.0, ge=0)  # + w x mean reasoning-action consistency in the score
+    critic: str = "rules"  # "rules", "hf:/local/model", "http://host:port" (OpenAI-compatible)
     epochs: int = Field(1, ge=1)
     minibatch: int = Field(32, ge=1)
     lr: float = Field(1e-5, gt=0)

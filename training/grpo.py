@@ -44,6 +44,8 @@ def env_config(recipe: Recipe, image_size: tuple[int, int]) -> dict[str, Any]:
                image_size=list(image_size))  # fmt: skip
     if rl.rewards is not None:
         cfg["rewards"] = dict(rl.rewards)
+    if rl.reasoning and rl.consistency_weight > 0:
+        cfg["scene_facts"] = True
     return cfg
 
 
@@ -79,6 +81,15 @@ def plan_tasks(recipe: Recipe, pool: list[tuple[str, float]], iteration: int, rn
     return tasks
 
 
+def score_of(rollout: Rollout, rl) -> float:
+    """What a rollout is worth to GRPO: its Driving Score (/100) or summed reward (step level: always the
+    reward over the branch horizon), plus ``consistency_weight`` x its reasoning consistency."""
+    score = rollout.score(rl.score if rl.level == "episode" else "return")
+    if rollout.consistency is not None:
+        score += rl.consistency_weight * rollout.consistency
+    return score
+
+
 def trainable_names(model, part: str) -> list[str]:
     prefixes = {"expert": ("expert.",), "vlm": ("backbone.",), "both": ("expert.", "backbone.")}[part]
     return [n for n, _ in model.named_parameters() if n.startswith(prefixes)]
@@ -102,7 +113,7 @@ def shipped_weights(model, part: str) -> dict[str, np.ndarray]:
 
 def samples_of(rollouts: list[Rollout], scores: torch.Tensor, advantages: torch.Tensor) -> dict[str, Any]:
     """Flatten rollouts into decision samples, each carrying its rollout's advantage."""
-    obs, chains, smasks, logp, adv, seq = [], [], [], [], [], []
+    obs, chains, smasks, logp, adv, seq, ids, text_logp = [], [], [], [], [], [], [], []
     for r, a in zip(rollouts, advantages.tolist()):
         obs += r.observations
         chains.append(r.chains)
@@ -110,7 +121,16 @@ def samples_of(rollouts: list[Rollout], scores: torch.Tensor, advantages: torch.
         logp.append(r.logp)
         adv += [a] * len(r.logp)
         seq += [r.uid] * len(r.logp)
-    return {
+        if r.reasoning_ids is not None:
+            ids.append(r.reasoning_ids)
+            text_logp.append(r.text_logp)
+    reasoning = {}
+    if ids and len(ids) == len(rollouts):
+        reasoning = {
+            "ids": torch.from_numpy(np.concatenate(ids)),
+            "text_logp_old": torch.from_numpy(np.concatenate(text_logp)),
+        }
+    return reasoning | {
         "obs": obs,
         "chain": torch.from_numpy(np.concatenate(chains)),  # [N, steps + 1, 64, 2]
         "smask": torch.from_numpy(np.concatenate(smasks)),
@@ -135,6 +155,9 @@ def rollout_metrics(rollouts: list[Rollout], scores: torch.Tensor, groups: torch
         out["episode/route_completion"] = float(np.mean([m["leaderboard"]["route_completion"] for m in done]))
         out["episode/at_fault_collisions"] = float(np.mean([m["at_fault_collisions"] for m in done]))
     out["episode/decisions"] = float(np.mean([len(r.logp) for r in rollouts]))
+    consistency = [r.consistency for r in rollouts if r.consistency is not None]
+    if consistency:
+        out["reward/consistency"] = float(np.mean(consistency))
     return out
 
 
@@ -154,13 +177,28 @@ def update(policy, reference, optimizer, params, batch: dict[str, Any], recipe: 
             obs = [batch["obs"][i] for i in idx.tolist()]
             chain = batch["chain"][idx].transpose(0, 1).to(device)
             smask = batch["smask"][idx]
-            logp = policy.chain_log_prob(obs, chain, smask, rl.noise_level, train_vlm=rl.train != "expert")
+            adv, seq = batch["adv"][idx].to(device), batch["seq"][idx]
+            text_logp = text_ref = None
+            if "ids" in batch:  # one pass gives the reasoning's token log-probs and the chain's
+                text_logp, logp = policy.joint_log_prob(obs, batch["ids"][idx], chain, smask, rl.noise_level,
+                                                        rl.temperature, train_vlm=rl.train != "expert")  # fmt: skip
+            else:
+                logp = policy.chain_log_prob(obs, chain, smask, rl.noise_level, train_vlm=rl.train != "expert")
             logp_ref = None
             if reference is not None and rl.kl_coef > 0:
                 with torch.no_grad():
-                    logp_ref = reference.chain_log_prob(obs, chain, smask, rl.noise_level)
-            loss, st = policy_loss(logp, batch["logp_old"][idx].to(device), batch["adv"][idx].to(device), clip,
-                                   rl.variant, batch["seq"][idx], logp_ref, rl.kl_coef)  # fmt: skip
+                    if "ids" in batch:
+                        text_ref, logp_ref = reference.joint_log_prob(obs, batch["ids"][idx], chain, smask,
+                                                                      rl.noise_level, rl.temperature)  # fmt: skip
+                    else:
+                        logp_ref = reference.chain_log_prob(obs, chain, smask, rl.noise_level)
+            loss, st = policy_loss(logp, batch["logp_old"][idx].to(device), adv, clip, rl.variant, seq, logp_ref,
+                                   rl.kl_coef)  # fmt: skip
+            if text_logp is not None and rl.reasoning_weight > 0 and rl.train != "expert":
+                text_loss, text_st = policy_loss(text_logp, batch["text_logp_old"][idx].to(device), adv, clip,
+                                                 rl.variant, seq, text_ref, rl.kl_coef)  # fmt: skip
+                loss = loss + rl.reasoning_weight * text_loss
+                st |= {f"reasoning/{k}": v for k, v in text_st.items()}
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(params, rl.grad_clip)
@@ -200,8 +238,8 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
 
     _init_ray(rl)
     model_config = {"path": str(Path(start_path).resolve()), "noise_level": rl.noise_level,
-                    "stochastic": rl.stochastic, "eval_noise": recipe.eval.noise,
-                    "threads": 1 if rl.env_runners else None}  # fmt: skip
+                    "stochastic": rl.stochastic, "eval_noise": recipe.eval.noise, "reasoning": rl.reasoning,
+                    "temperature": rl.temperature, "threads": 1 if rl.env_runners else None}  # fmt: skip
     workers = RolloutWorkers(env_config(recipe, policy.config.image_size), model_config, rl.env_runners, recipe.seed)
     pool = scenario_pool(recipe)
     logger = MetricsLogger(run_dir, resume_step=iteration)
@@ -224,11 +262,12 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
             while True:  # DAPO samples more groups until enough are informative (at most 3 rounds)
                 tasks = plan_tasks(recipe, pool, iteration, rounds)
                 seed = recipe.seed * 1_000_003 + iteration * 31 + rounds
+                critic = rl.critic if rl.reasoning and rl.consistency_weight > 0 else None
                 rollouts += workers.run(tasks, weights | {"__seed__": np.array(seed)}, rl.level, rl.branch_horizon,
-                                        rl.retries)  # fmt: skip
+                                        rl.retries, critic)  # fmt: skip
                 rounds += 1
                 groups = torch.tensor([r.group for r in rollouts])
-                scores = torch.tensor([r.score(rl.score if rl.level == "episode" else "return") for r in rollouts])
+                scores = torch.tensor([score_of(r, rl) for r in rollouts])
                 keep = informative_groups(scores, groups)
                 n_informative = len(torch.unique(groups[keep])) if keep.any() else 0
                 if rl.variant != "dapo" or n_informative >= rl.groups_per_iter or rounds >= 3:
@@ -248,7 +287,8 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
             env_steps = sum(r.env_steps for r in rollouts)
             metrics |= {"time/rollout_s": t_rollout, "time/update_s": time.perf_counter() - t1,
                         "env_steps_per_s": env_steps / max(t_rollout, 1e-9), "lr": rl.lr,
-                        "env_runner_restarts": float(workers.restarts)}  # fmt: skip
+                        "env_runner_restarts": float(workers.restarts),
+                        "rollout_reruns": float(workers.reruns)}  # fmt: skip
             if iteration % rl.log_every == 0 or iteration == rl.iterations:
                 logger.log(iteration, metrics)
             last = metrics

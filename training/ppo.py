@@ -66,6 +66,7 @@ def build_algorithm(recipe: Recipe, model_path: Path, image_size: tuple[int, int
     rl = recipe.rl
     model_config = {"path": str(model_path.resolve()), "noise_level": rl.noise_level, "stochastic": rl.stochastic,
                     "eval_noise": recipe.eval.noise, "train": rl.train, "seed": recipe.seed,
+                    "reasoning": rl.reasoning, "temperature": rl.temperature,
                     "threads": 1 if rl.env_runners else None}  # fmt: skip
     config = (
         PPOConfig()

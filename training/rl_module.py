@@ -11,7 +11,9 @@
 
 ``model_config``: ``path`` (a saved VLA folder, readable where the module is built), ``noise_level``,
 ``stochastic`` ("one" | "all"), ``eval_noise``, ``train`` ("expert" freezes the VLM), ``seed``,
-``threads`` (torch threads on a runner).
+``threads`` (torch threads on a runner), ``reasoning`` and ``temperature``: sample the
+Chain-of-Causation before the trajectory; the action's log-prob is then the joint one (reasoning
+tokens + chain), and ``reasoning_ids`` (padded with -1), ``text_logp`` and ``traj_logp`` are kept.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from torch import nn
 from agents.vla.model import STATE_FEATURES, VLA, state_features
 
 CHAIN, SMASK = "chain", "smask"
+REASONING_IDS, TEXT_LOGP, TRAJ_LOGP = "reasoning_ids", "text_logp", "traj_logp"
 
 
 def observations_from_batch(obs: dict[str, Any]) -> list[dict[str, np.ndarray]]:
@@ -58,6 +61,8 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         self.noise_level = float(mc.get("noise_level", 0.5))
         self.stochastic = str(mc.get("stochastic", "one"))
         self.eval_noise = float(mc.get("eval_noise", 0.0))
+        self.reasoning = bool(mc.get("reasoning", False))
+        self.temperature = float(mc.get("temperature", 1.0))
         if mc.get("train") == "expert":  # the policy gradient moves the flow head only (and the value head)
             self.vla.backbone.requires_grad_(False)
         self.value_head = ValueHead()
@@ -71,23 +76,34 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
 
     def _forward_exploration(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         obs = observations_from_batch(batch[Columns.OBS])
-        with torch.no_grad():
-            traj, chain, smask, logp = self.vla.sample_with_log_prob(
-                obs, self.noise_level, self.stochastic, self.generator
-            )
         n = len(obs)
-        return {
+        with torch.no_grad():
+            sampled = self.vla.sample_with_log_prob(obs, self.noise_level, self.stochastic, self.generator,
+                                                    reasoning=self.reasoning, temperature=self.temperature)  # fmt: skip
+        traj, chain, smask, logp = sampled[:4]
+        out = {
             Columns.ACTIONS: traj.float(),
             Columns.ACTION_LOGP: logp.float(),
             CHAIN: chain.transpose(0, 1).float(),  # [B, steps + 1, 64, 2]
             SMASK: smask.expand(n, -1).float(),  # [B, steps]
         }
+        if self.reasoning:
+            ids, text_logp = sampled[4], sampled[5]
+            padded = torch.full((n, self.vla.config.max_reasoning_tokens), -1, dtype=torch.long)
+            padded[:, : ids.shape[1]] = ids  # a fixed width, so RLlib can stack the decisions of an episode
+            out |= {REASONING_IDS: padded, TEXT_LOGP: text_logp.float(), TRAJ_LOGP: logp.float(),
+                    Columns.ACTION_LOGP: (logp + text_logp).float()}  # fmt: skip
+        return out
 
     # --- learning -------------------------------------------------------------------------------------------
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         obs = observations_from_batch(batch[Columns.OBS])
         chain = torch.as_tensor(batch[CHAIN]).transpose(0, 1).to(self.vla.device)
         smask = torch.as_tensor(batch[SMASK]).bool()
+        if self.reasoning:
+            text, traj = self.vla.joint_log_prob(obs, torch.as_tensor(batch[REASONING_IDS]), chain, smask,
+                                                 self.noise_level, self.temperature)  # fmt: skip
+            return {Columns.ACTION_LOGP: text + traj}
         logp = self.vla.chain_log_prob(obs, chain, smask, self.noise_level)
         return {Columns.ACTION_LOGP: logp}
 

@@ -8,24 +8,28 @@ and its share of the tasks, and gets back one :class:`Rollout` per task:
 - episode level: ``SingleAgentEnvRunner.sample(num_episodes=...)`` drives each (scenario, seed)
   task to the end, with the Flow-SDE policy; the env computes every reward term and the metric
   suites at the end.
-- step level: the runner drives the task deterministically to a decision step, takes a
-  ``snapshot()`` of the world, and scores G SDE-sampled decisions from there, each followed by
-  ``branch_horizon`` deterministic decisions (a bandit over the same state).
+- step level: the runner drives the task deterministically to a decision step (or the last one
+  before the episode ends, if it ends first), takes a ``snapshot()`` of the world, and scores G
+  SDE-sampled decisions from there, each followed by ``branch_horizon`` - 1 deterministic decisions
+  (a bandit over the same state).
 
 A runner that dies (its process crashes, its node goes) is restarted by RLlib's fault tolerance
-(``restart_failed_env_runners``) and the tasks it held are run again, up to ``retries`` times.
+(``restart_failed_env_runners``: Ray restarts the actor and retries the call on it); if a call still
+comes back without its rollouts, those tasks are run again on the healthy runners, up to ``retries``
+times (``reruns`` counts them).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from training.rl_module import CHAIN, SMASK
+from training.rl_module import CHAIN, REASONING_IDS, SMASK, TEXT_LOGP, TRAJ_LOGP
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,10 @@ class Rollout:
     reward_terms: dict[str, float] = field(default_factory=dict)  # totals over the rollout
     metrics: dict[str, Any] | None = None  # the env's episode metrics (episode level)
     env_steps: int = 0
+    reasoning_ids: np.ndarray | None = None  # [T, L] sampled Chain-of-Causation tokens (-1: padding)
+    text_logp: np.ndarray | None = None  # [T] their log-prob under the sampling policy
+    consistency: float | None = None  # mean reasoning-action consistency (the critic's overall score)
+    example_reasoning: str | None = None
 
     def score(self, kind: str) -> float:
         if kind == "driving_score" and self.metrics is not None:
@@ -82,7 +90,32 @@ def _load_weights(runner, weights: dict[str, np.ndarray] | None) -> None:
         runner.module.vla.load_state_dict(state, strict=False)
 
 
-def _episode_rollouts(runner, tasks: list[Task]) -> list[Rollout]:
+def _critic(runner, spec: str):
+    """The runner's reasoning critic (built once: an HF model or an HTTP client is not free)."""
+    cached = getattr(runner, "_loopdrive_critic", None)
+    if cached is None or cached[0] != spec:
+        from rewards.critics import make_critic
+
+        runner._loopdrive_critic = (spec, make_critic(spec))
+    return runner._loopdrive_critic[1]
+
+
+def _add_reasoning(runner, rollout: Rollout, ids: np.ndarray, text_logp: np.ndarray, traj_logp: np.ndarray,
+                   plans: np.ndarray, infos: list[dict[str, Any]], critic: str | None) -> None:  # fmt: skip
+    """Reasoning fields of a rollout, and its consistency score under the critic (on the runner)."""
+    from rewards.consistency import consistency_score
+
+    texts = runner.module.vla.decode_reasoning(ids)
+    rollout.reasoning_ids, rollout.text_logp, rollout.logp = ids, text_logp, traj_logp
+    rollout.example_reasoning = texts[0] if texts else None
+    if critic and all("causes" in i for i in infos):
+        c = _critic(runner, critic)
+        scores = [consistency_score(t, p, set(i["causes"]), c, speed0=i["speed"]).overall
+                  for t, p, i in zip(texts, plans, infos)]  # fmt: skip
+        rollout.consistency = float(np.mean(scores)) if scores else None
+
+
+def _episode_rollouts(runner, tasks: list[Task], critic: str | None = None) -> list[Rollout]:
     runner.env.unwrapped.call("set_tasks", [(t.scenario, t.seed) for t in tasks])
     episodes = runner.sample(num_episodes=len(tasks), explore=True, force_reset=True)
     out = []
@@ -94,7 +127,7 @@ def _episode_rollouts(runner, tasks: list[Task]) -> list[Rollout]:
         for info in infos[1:]:
             for k, v in info.get("reward_terms", {}).items():
                 terms[k] = terms.get(k, 0.0) + float(v)
-        out.append(Rollout(
+        rollout = Rollout(
             uid=task.uid, group=task.group, scenario=task.scenario,
             observations=[{k: v[i] for k, v in obs.items()} for i in range(n)],
             chains=np.asarray(ep.get_extra_model_outputs(CHAIN), np.float32),
@@ -102,7 +135,13 @@ def _episode_rollouts(runner, tasks: list[Task]) -> list[Rollout]:
             logp=np.asarray(ep.get_extra_model_outputs("action_logp"), np.float32),
             rewards=np.asarray(ep.get_rewards(), np.float32), reward_terms=terms,
             metrics=infos[-1].get("metrics"), env_steps=n,
-        ))  # fmt: skip
+        )  # fmt: skip
+        if REASONING_IDS in ep.extra_model_outputs:
+            _add_reasoning(runner, rollout, np.asarray(ep.get_extra_model_outputs(REASONING_IDS)),
+                           np.asarray(ep.get_extra_model_outputs(TEXT_LOGP), np.float32),
+                           np.asarray(ep.get_extra_model_outputs(TRAJ_LOGP), np.float32),
+                           np.asarray(ep.get_actions()), infos[:n], critic)  # fmt: skip
+        out.append(rollout)
     return out
 
 
@@ -112,7 +151,7 @@ def _batch(obs_list: list[dict[str, np.ndarray]]) -> dict[str, Any]:
     return {Columns.OBS: {k: torch.from_numpy(np.stack([np.asarray(o[k]) for o in obs_list])) for k in obs_list[0]}}
 
 
-def _branch_rollouts(runner, tasks: list[Task], horizon: int) -> list[Rollout]:
+def _branch_rollouts(runner, tasks: list[Task], horizon: int, critic: str | None = None) -> list[Rollout]:
     """Step level: one snapshot per group, one SDE decision per task, then ``horizon`` - 1 plan steps."""
     from ray.rllib.core.columns import Columns
 
@@ -125,18 +164,16 @@ def _branch_rollouts(runner, tasks: list[Task], horizon: int) -> list[Rollout]:
         first = group[0]
         env.set_tasks([(first.scenario, first.seed)])
         obs, _ = env.reset()
-        done, steps = False, 0
+        snap, steps = env.snapshot(), 0
         with torch.no_grad():
             for _ in range(first.branch_at):  # drive there with the deterministic plan
                 action = module.forward_inference(_batch([obs]))[Columns.ACTIONS][0].numpy()
-                obs, _, term, trunc, _ = env.step(action)
+                next_obs, _, term, trunc, _ = env.step(action)
                 steps += 1
-                if term or trunc:
-                    done = True
+                if term or trunc:  # ended first: branch at the last decision before the end
                     break
-        if done:  # the episode ended before the branch point: nothing to learn from here
-            continue
-        snap = env.snapshot()
+                snap, obs = env.snapshot(), next_obs
+        _, info_at_branch = env.restore(snap)
         with torch.no_grad():
             sampled = module.forward_exploration(_batch([obs] * len(group)))
         for i, task in enumerate(group):
@@ -154,25 +191,30 @@ def _branch_rollouts(runner, tasks: list[Task], horizon: int) -> list[Rollout]:
                 if h + 1 < horizon:
                     with torch.no_grad():
                         action = module.forward_inference(_batch([obs_i]))[Columns.ACTIONS][0].numpy()
-            out.append(Rollout(
+            rollout = Rollout(
                 uid=task.uid, group=task.group, scenario=task.scenario, observations=[obs],
                 chains=sampled[CHAIN][i : i + 1].numpy(), smasks=sampled[SMASK][i : i + 1].numpy() > 0.5,
                 logp=sampled[Columns.ACTION_LOGP][i : i + 1].numpy(),
                 rewards=np.asarray([sum(rewards)], np.float32), reward_terms=terms, env_steps=n + steps,
-            ))  # fmt: skip
+            )  # fmt: skip
+            if REASONING_IDS in sampled:
+                _add_reasoning(runner, rollout, sampled[REASONING_IDS][i : i + 1].numpy(),
+                               sampled[TEXT_LOGP][i : i + 1].numpy(), sampled[TRAJ_LOGP][i : i + 1].numpy(),
+                               sampled[Columns.ACTIONS][i : i + 1].numpy(), [info_at_branch], critic)  # fmt: skip
+            out.append(rollout)
     return out
 
 
-def _run(runner, plan: dict[int, list[Task]], weights, level: str, horizon: int) -> tuple[list[Rollout], list[int]]:
-    """A runner's share of the plan: its rollouts, and the uids of every task it finished (a step-level
-    group whose episode ends before the branch point finishes without rollouts)."""
+def _run(runner, plan: dict[int, list[Task]], weights, level: str, horizon: int,
+         critic: str | None) -> tuple[list[Rollout], list[int]]:  # fmt: skip
+    """A runner's share of the plan: its rollouts, and the uids of every task it finished."""
     tasks = plan.get(runner.worker_index, [])
     if not tasks:
         return [], []
     _load_weights(runner, weights)
     if level == "step":
-        return _branch_rollouts(runner, tasks, horizon), [t.uid for t in tasks]
-    return _episode_rollouts(runner, tasks), [t.uid for t in tasks]
+        return _branch_rollouts(runner, tasks, horizon, critic), [t.uid for t in tasks]
+    return _episode_rollouts(runner, tasks, critic), [t.uid for t in tasks]
 
 
 class RolloutWorkers:
@@ -208,6 +250,20 @@ class RolloutWorkers:
         self.num_env_runners = num_env_runners
         self.group = EnvRunnerGroup(config=config, local_env_runner=num_env_runners == 0)
         self.restarts = 0
+        self.reruns = 0
+
+    def recover(self, wait_s: float = 180.0) -> None:
+        """Bring restarted runners back into service; wait (up to ``wait_s``) while none is healthy."""
+        if not self.num_env_runners:
+            return
+        deadline = time.monotonic() + wait_s
+        while self.group.num_healthy_remote_env_runners() < self.num_env_runners:
+            self.restarts += len(self.group.probe_unhealthy_env_runners(timeout_seconds=5.0))
+            if self.group.num_healthy_remote_env_runners() > 0 and time.monotonic() > deadline - wait_s + 5:
+                break  # some are back: go on with them, the others rejoin later
+            if time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
 
     def _runner_ids(self) -> list[int]:
         if self.num_env_runners == 0:
@@ -215,14 +271,15 @@ class RolloutWorkers:
         return sorted(self.group.healthy_env_runner_ids())
 
     def run(self, tasks: list[Task], weights: dict[str, np.ndarray] | None, level: str = "episode",
-            horizon: int = 6, retries: int = 2) -> list[Rollout]:  # fmt: skip
+            horizon: int = 6, retries: int = 2, critic: str | None = None) -> list[Rollout]:  # fmt: skip
         """Every task's rollout; tasks of a runner that failed are re-run on the restarted ones."""
         results: list[Rollout] = []
         todo = list(tasks)
         for attempt in range(retries + 1):
+            self.recover()
             ids = self._runner_ids()
             if not ids:
-                raise RuntimeError("no healthy env runner is left")
+                raise RuntimeError("no healthy env runner is left (none came back after a restart)")
             plan: dict[int, list[Task]] = {}
             # whole groups go to one runner in step mode (they share a snapshot)
             keys = sorted({t.group for t in todo}) if level == "step" else [t.uid for t in todo]
@@ -230,7 +287,7 @@ class RolloutWorkers:
             for t in todo:
                 plan.setdefault(owner[t.group if level == "step" else t.uid], []).append(t)
             got = self.group.foreach_env_runner(
-                lambda r, plan=plan: _run(r, plan, weights, level, horizon),
+                lambda r, plan=plan: _run(r, plan, weights, level, horizon, critic),
                 local_env_runner=self.num_env_runners == 0,
             )
             done: set[int] = set()
@@ -240,9 +297,9 @@ class RolloutWorkers:
             todo = [t for t in todo if t.uid not in done]
             if not todo:
                 break
+            self.reruns += len(todo)
             log.warning("%d rollouts were lost with a failed env runner; restarting it and running them again "
                         "(attempt %d of %d)", len(todo), attempt + 1, retries)  # fmt: skip
-            self.restarts += len(self.group.probe_unhealthy_env_runners())
         if todo:
             raise RuntimeError(f"{len(todo)} rollouts failed {retries + 1} times (env runners keep dying)")
         return results

@@ -289,11 +289,21 @@ class VLA(nn.Module):
 
     # --- RL hooks ------------------------------------------------------------------------------------------------
     def sample_with_log_prob(self, observations, noise_level: float = 0.5, stochastic: str = "one",
-                             generator: torch.Generator | None = None):  # fmt: skip
-        """Flow-SDE sampling: trajectories, the denoising chain, its stochastic-step mask and log-probs."""
+                             generator: torch.Generator | None = None, reasoning: bool = False,
+                             temperature: float = 1.0):  # fmt: skip
+        """Flow-SDE sampling: trajectories, the denoising chain, its stochastic-step mask and log-probs.
+
+        With ``reasoning`` the Chain-of-Causation is sampled first (from the full softmax at
+        ``temperature``) and the trajectory is conditioned on it; then also returns the reasoning's
+        token ids [B, L] (-1 after its end) and their summed log-prob [B]: ``(traj, chain, smask,
+        logp, ids, text_logp)``.
+        """
         batch = self.prepare(observations)
-        with torch.no_grad():
-            ctx, mask = self.encode(batch)
+        if reasoning:
+            ids, text_logp, ctx, mask = self._sample_reasoning(batch, generator, temperature)
+        else:
+            with torch.no_grad():
+                ctx, mask = self.encode(batch)
         u, chain, smask, logp = sample_sde(
             self.expert,
             len(observations),
@@ -306,12 +316,72 @@ class VLA(nn.Module):
             self.device,
             state=batch["state"],
         )
-        return self.actions_to_trajectory(u, batch["v0"]), chain, smask, logp
+        traj = self.actions_to_trajectory(u, batch["v0"])
+        if reasoning:
+            return traj, chain, smask, logp, ids, text_logp
+        return traj, chain, smask, logp
+
+    @torch.no_grad()
+    def _sample_reasoning(self, batch: dict[str, Any], generator: torch.Generator | None, temperature: float):
+        stop = [self.cot_end, self.tokenizer.eos_token_id]
+        seed = int(torch.randint(2**62, (1,), generator=generator)) if generator is not None else None
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            out = self.backbone.generate(**self._vlm_inputs(batch), max_new_tokens=self.config.max_reasoning_tokens,
+                                         do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                                         eos_token_id=stop, pad_token_id=self.tokenizer.pad_token_id,
+                                         return_dict_in_generate=True, output_logits=True)  # fmt: skip
+        gen = out.sequences[:, batch["input_ids"].shape[1] :]
+        valid = self._until_stop(gen)
+        logits = torch.stack(out.logits, 1).float() / temperature
+        lp = torch.log_softmax(logits, -1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
+        cache = out.past_key_values
+        cached = cache.layers[0].keys.shape[2]
+        mask = torch.cat([batch["attention_mask"], valid.long()], 1)[:, :cached]
+        ids = torch.where(valid, gen, torch.full_like(gen, -1))
+        return ids, (lp * valid).sum(1), [(layer.keys, layer.values) for layer in cache.layers], mask
+
+    def _until_stop(self, gen: torch.Tensor) -> torch.Tensor:
+        """Mask of the generated tokens up to and including the first end-of-reasoning (or EOS) token."""
+        is_stop = (gen == self.cot_end) | (gen == self.tokenizer.eos_token_id)
+        after = torch.cumsum(is_stop.long(), 1) - is_stop.long()  # stops strictly before each position
+        return after == 0
 
     def chain_log_prob(self, observations, chain, smask, noise_level: float = 0.5, train_vlm: bool = False):
         batch = self.prepare(observations)
         ctx, mask = self.encode(batch, grad=train_vlm)
         return log_prob(self.expert, chain, smask, ctx, mask, noise_level, state=batch["state"])
+
+    def joint_log_prob(self, observations, reasoning_ids: torch.Tensor, chain, smask, noise_level: float = 0.5,
+                       temperature: float = 1.0, train_vlm: bool = True):  # fmt: skip
+        """(reasoning token log-prob [B], trajectory chain log-prob [B]) of stored samples, with grad:
+        one teacher-forced pass over prompt + reasoning gives the token logits and the expert's cache,
+        as during sampling (the last generated token was never fed, so it is not in the cache)."""
+        batch = self.prepare(observations)
+        ids = reasoning_ids.to(self.device)
+        valid = ids >= 0
+        gen = torch.where(valid, ids, torch.full_like(ids, self.tokenizer.pad_token_id))
+        prompt_len, n_gen = batch["input_ids"].shape[1], gen.shape[1]
+        inputs = self._vlm_inputs(batch)
+        inputs["input_ids"] = torch.cat([batch["input_ids"], gen[:, :-1]], 1)
+        inputs["attention_mask"] = torch.cat([batch["attention_mask"], valid[:, :-1].long()], 1)
+        inputs["mm_token_type_ids"] = torch.cat([batch["mm_token_type_ids"], torch.zeros_like(gen[:, :-1])], 1)
+        with torch.set_grad_enabled(train_vlm and torch.is_grad_enabled()):
+            out = self.backbone(**inputs, use_cache=True)
+        logits = out.logits[:, prompt_len - 1 : prompt_len - 1 + n_gen].float() / temperature
+        lp = torch.log_softmax(logits, -1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
+        text_logp = (lp * valid).sum(1)
+        ctx = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        traj_logp = log_prob(
+            self.expert, chain, smask, ctx, inputs["attention_mask"], noise_level, state=batch["state"]
+        )
+        return text_logp, traj_logp
+
+    def decode_reasoning(self, ids: torch.Tensor | np.ndarray) -> list[str]:
+        rows = np.asarray(ids.cpu() if torch.is_tensor(ids) else ids).tolist()
+        keep = [[t for t in row if t >= 0 and t not in (self.cot_end, self.tokenizer.eos_token_id)] for row in rows]
+        return [self.tokenizer.decode(r, skip_special_tokens=True).strip() for r in keep]
 
     def reasoning_log_prob(self, observations, reasoning: list[str]) -> torch.Tensor:
         """Sum of token log-probs of the given reasoning texts (with grad), per sample."""
