@@ -210,6 +210,7 @@ def test_ppo_one_iteration_end_to_end_on_rllib(ray_local, tiny_vla, tmp_path):
     final = Path(result["final"])
     assert (final / "value_head.safetensors").exists()
     assert result["env_steps"] >= 40 and "learner/vf_loss" in result and "learner/clip_fraction" in result
+    assert "reward_terms/progress" in result and "episode/driving_score" in result  # from the env runners
     before, after = VLA.from_pretrained(tiny_vla), VLA.from_pretrained(final)
     assert any(not torch.equal(a, b) for a, b in zip(before.expert.parameters(), after.expert.parameters()))
     assert all(torch.equal(a, b) for a, b in zip(before.backbone.parameters(), after.backbone.parameters()))

@@ -111,6 +111,7 @@ class RLSection(_Section):
     train: Literal["expert", "vlm", "both"] = "expert"  # which weights the policy gradient moves
     noise_level: float = Field(0.5, gt=0)  # Flow-SDE noise level a
     stochastic: Literal["one", "all"] = "one"  # denoising steps that are stochastic
+    init_noise: float = Field(1.0, ge=0)  # scale of the flow's starting noise (0: around the deterministic plan)
     reasoning: bool = False  # sample the Chain-of-Causation too; its token log-probs join the objective
     temperature: float = Field(1.0, gt=0)  # of the reasoning's sampling (and of its log-probs)
     reasoning_weight: float = Field(1.0, ge=0)  # weight of the reasoning tokens' clipped objective

@@ -239,7 +239,8 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
     _init_ray(rl)
     model_config = {"path": str(Path(start_path).resolve()), "noise_level": rl.noise_level,
                     "stochastic": rl.stochastic, "eval_noise": recipe.eval.noise, "reasoning": rl.reasoning,
-                    "temperature": rl.temperature, "threads": 1 if rl.env_runners else None}  # fmt: skip
+                    "temperature": rl.temperature, "init_noise": rl.init_noise,
+                    "threads": 1 if rl.env_runners else None}  # fmt: skip
     workers = RolloutWorkers(env_config(recipe, policy.config.image_size), model_config, rl.env_runners, recipe.seed)
     pool = scenario_pool(recipe)
     logger = MetricsLogger(run_dir, resume_step=iteration)

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.learner import POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.evaluation.postprocessing import Postprocessing
@@ -32,6 +33,25 @@ from training.metrics_log import MetricsLogger
 from training.rl_losses import ClipConfig, clipped_loss, log_ratio
 
 VALUE_HEAD = "value_head.safetensors"
+
+
+class EpisodeTermsCallback(RLlibCallback):
+    """On the env runner, at each episode's end: every reward term's total and the Driving Score, logged
+    as windowed means (they arrive in the result under ``env_runners``)."""
+
+    def on_episode_end(self, *, episode, metrics_logger=None, **kwargs) -> None:
+        infos = episode.get_infos()
+        totals: dict[str, float] = {}
+        for info in infos[1:]:
+            for k, v in info.get("reward_terms", {}).items():
+                totals[k] = totals.get(k, 0.0) + float(v)
+        for k, v in totals.items():
+            metrics_logger.log_value(f"reward_terms/{k}", v, reduce="mean", window=100)
+        final = infos[-1].get("metrics") if infos else None
+        if final:
+            metrics_logger.log_value("episode/driving_score", final["leaderboard"]["score"], reduce="mean", window=100)
+            metrics_logger.log_value("episode/route_completion", final["leaderboard"]["route_completion"],
+                                     reduce="mean", window=100)  # fmt: skip
 
 
 class FlowPPOLearner(PPOTorchLearner):
@@ -66,7 +86,7 @@ def build_algorithm(recipe: Recipe, model_path: Path, image_size: tuple[int, int
     rl = recipe.rl
     model_config = {"path": str(model_path.resolve()), "noise_level": rl.noise_level, "stochastic": rl.stochastic,
                     "eval_noise": recipe.eval.noise, "train": rl.train, "seed": recipe.seed,
-                    "reasoning": rl.reasoning, "temperature": rl.temperature,
+                    "reasoning": rl.reasoning, "temperature": rl.temperature, "init_noise": rl.init_noise,
                     "threads": 1 if rl.env_runners else None}  # fmt: skip
     config = (
         PPOConfig()
@@ -102,6 +122,7 @@ def build_algorithm(recipe: Recipe, model_path: Path, image_size: tuple[int, int
             learner_config_dict={"dual_clip": rl.dual_clip},
         )
         .learners(num_learners=0)
+        .callbacks(EpisodeTermsCallback)
         .fault_tolerance(restart_failed_env_runners=True)
         .debugging(seed=recipe.seed)
     )
@@ -190,6 +211,7 @@ def _flatten_result(result: dict[str, Any]) -> dict[str, float]:
                       ("num_env_steps_sampled", "env_steps"), ("num_episodes", "episodes")):  # fmt: skip
         if key in env:
             out[name] = float(env[key])
+    out |= {k: float(v) for k, v in env.items() if k.startswith(("reward_terms/", "episode/"))}
     learner = result.get("learners", {}).get("default_policy", {})
     keys = ("policy_loss", "vf_loss", "clip_fraction", "ratio_mean", "approx_kl_old")
     for key in (*keys, "gradients_default_optimizer_global_norm"):

@@ -11,7 +11,8 @@
 
 ``model_config``: ``path`` (a saved VLA folder, readable where the module is built), ``noise_level``,
 ``stochastic`` ("one" | "all"), ``eval_noise``, ``train`` ("expert" freezes the VLM), ``seed``,
-``threads`` (torch threads on a runner), ``reasoning`` and ``temperature``: sample the
+``threads`` (torch threads on a runner), ``init_noise`` (scale of the flow's starting noise when
+exploring; 0 explores around the deterministic plan), ``reasoning`` and ``temperature``: sample the
 Chain-of-Causation before the trajectory; the action's log-prob is then the joint one (reasoning
 tokens + chain), and ``reasoning_ids`` (padded with -1), ``text_logp`` and ``traj_logp`` are kept.
 """
@@ -63,6 +64,7 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         self.eval_noise = float(mc.get("eval_noise", 0.0))
         self.reasoning = bool(mc.get("reasoning", False))
         self.temperature = float(mc.get("temperature", 1.0))
+        self.init_noise = float(mc.get("init_noise", 1.0))
         if mc.get("train") == "expert":  # the policy gradient moves the flow head only (and the value head)
             self.vla.backbone.requires_grad_(False)
         self.value_head = ValueHead()
@@ -79,7 +81,8 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         n = len(obs)
         with torch.no_grad():
             sampled = self.vla.sample_with_log_prob(obs, self.noise_level, self.stochastic, self.generator,
-                                                    reasoning=self.reasoning, temperature=self.temperature)  # fmt: skip
+                                                    reasoning=self.reasoning, temperature=self.temperature,
+                                                    init_noise=self.init_noise)  # fmt: skip
         traj, chain, smask, logp = sampled[:4]
         out = {
             Columns.ACTIONS: traj.float(),

@@ -204,8 +204,12 @@ def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: float) -> torch.
 
 def sample_sde(expert: ActionExpert, batch: int, context: Context | None = None, context_mask=None, steps: int = 10,
                noise_level: float = 0.5, stochastic: str = "one", generator: torch.Generator | None = None,
-               device=None, dtype=torch.float32, state: torch.Tensor | None = None):  # fmt: skip
+               device=None, dtype=torch.float32, state: torch.Tensor | None = None,
+               noise_scale: float = 1.0):  # fmt: skip
     """Sample with the ODE turned into an SDE on ``stochastic`` steps ("one" random step, or "all").
+
+    ``noise_scale`` scales the starting noise as in :func:`sample_ode` (0: explore around the
+    deterministic plan; the start is not part of the log-prob, which covers the stochastic steps).
 
     Returns (actions [B, 64, 2], chain [steps + 1, B, 64, 2], stochastic mask [steps] bool,
     log-prob [B] summed over the stochastic steps).
@@ -213,7 +217,7 @@ def sample_sde(expert: ActionExpert, batch: int, context: Context | None = None,
     if stochastic not in ("one", "all"):
         raise ValueError(f"stochastic must be 'one' or 'all', got {stochastic!r}")
     c = expert.config
-    x = torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
+    x = noise_scale * torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
     if stochastic == "all":
         mask = torch.ones(steps, dtype=torch.bool)
     else:

@@ -290,13 +290,14 @@ class VLA(nn.Module):
     # --- RL hooks ------------------------------------------------------------------------------------------------
     def sample_with_log_prob(self, observations, noise_level: float = 0.5, stochastic: str = "one",
                              generator: torch.Generator | None = None, reasoning: bool = False,
-                             temperature: float = 1.0):  # fmt: skip
+                             temperature: float = 1.0, init_noise: float = 1.0):  # fmt: skip
         """Flow-SDE sampling: trajectories, the denoising chain, its stochastic-step mask and log-probs.
 
-        With ``reasoning`` the Chain-of-Causation is sampled first (from the full softmax at
-        ``temperature``) and the trajectory is conditioned on it; then also returns the reasoning's
-        token ids [B, L] (-1 after its end) and their summed log-prob [B]: ``(traj, chain, smask,
-        logp, ids, text_logp)``.
+        ``init_noise`` scales the flow's starting noise (0: explore around the deterministic plan the
+        evaluation drives). With ``reasoning`` the Chain-of-Causation is sampled first (from the full
+        softmax at ``temperature``) and the trajectory is conditioned on it; then also returns the
+        reasoning's token ids [B, L] (-1 after its end) and their summed log-prob [B]: ``(traj, chain,
+        smask, logp, ids, text_logp)``.
         """
         batch = self.prepare(observations)
         if reasoning:
@@ -315,6 +316,7 @@ class VLA(nn.Module):
             generator,
             self.device,
             state=batch["state"],
+            noise_scale=init_noise,
         )
         traj = self.actions_to_trajectory(u, batch["v0"])
         if reasoning:
