@@ -190,9 +190,11 @@ class LoopDriveEnv(gym.Env):
         }
 
     def restore(self, snap: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Go back to a :meth:`snapshot` of this env; returns the observation and info there."""
+        """Go back to a :meth:`snapshot` of this env (of any of its episodes); returns the observation and
+        info there."""
         if self.world is None or snap["scenario"].id != self.scenario.id:
-            raise ValueError("restore() takes a snapshot of this env's current episode")
+            scn = snap["scenario"]
+            self.world, self.scenario = World(scn, 0, compile_scenario(scn)), scn
         self.world.restore(snap["world"])
         self.controller = copy.deepcopy(snap["controller"])
         self.history = copy.deepcopy(snap["history"])

@@ -70,9 +70,11 @@ def run_on_ray(todo: list[Task], config: EvalConfig, out: Path,
 
     budget = config.episode_timeout_s + 30.0
     queue = deque((t, 0) for t in todo)
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    if config.workers > cpus:  # an actor that can never be scheduled would hold its episode forever
-        warnings.warn(f"{config.workers} workers asked for, the Ray cluster has {cpus} CPU(s): using {cpus}",
+    # an actor that can never be scheduled would hold its episode forever: count the CPUs free now
+    # (a trainer's env runners may hold some of the cluster's)
+    cpus = max(1, int(ray.available_resources().get("CPU", 1)))
+    if config.workers > cpus:
+        warnings.warn(f"{config.workers} workers asked for, the Ray cluster has {cpus} free CPU(s): using {cpus}",
                       stacklevel=2)  # fmt: skip
     idle = [spawn() for _ in range(min(config.workers, cpus, len(todo)))]
     fresh = set(map(id, idle))

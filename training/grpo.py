@@ -236,7 +236,7 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
         optimizer.load_state_dict(optim_state)
         iteration = state["step"]
 
-    _init_ray(rl)
+    _init_ray(rl, recipe.eval.workers)
     model_config = {"path": str(Path(start_path).resolve()), "noise_level": rl.noise_level,
                     "stochastic": rl.stochastic, "eval_noise": recipe.eval.noise, "reasoning": rl.reasoning,
                     "temperature": rl.temperature, "init_noise": rl.init_noise,
@@ -317,7 +317,8 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
     return result
 
 
-def _init_ray(rl) -> None:
+def _init_ray(rl, eval_workers: int = 0) -> None:
+    """Join ``rl.ray_address``, or start a local Ray with a CPU for each env runner and eval worker."""
     import os
 
     import ray
@@ -327,7 +328,8 @@ def _init_ray(rl) -> None:
         if rl.ray_address:
             ray.init(address=rl.ray_address, log_to_driver=False)
         else:
-            ray.init(num_cpus=max(2, rl.env_runners + 1), include_dashboard=False, log_to_driver=False)
+            cpus = max(2, rl.env_runners + max(1, eval_workers))
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
 
 
 def _eval_metrics(summary: dict[str, Any]) -> dict[str, float]:

@@ -147,7 +147,7 @@ def train_ppo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
     ckpt = latest_checkpoint(run_dir) if resume else None
     start = Path(ckpt or recipe.init_from)
     image_size = VLA.from_pretrained(start).config.image_size
-    _init_ray(rl)
+    _init_ray(rl, recipe.eval.workers)
     algo = build_algorithm(recipe, start, image_size)
     module = _learner_module(algo)
     iteration = 0
