@@ -301,3 +301,16 @@ def test_a_killed_env_runner_is_restarted_and_its_rollouts_redone(ray_local, tin
         assert pids and pids[0] != pid
     finally:
         workers.stop()
+
+
+@pytest.mark.parametrize("policy", ["mlp_state", "cnn_bev"])
+def test_ppo_baseline_modules_on_rllib(ray_local, tmp_path, policy):
+    from training.run import train
+
+    recipe = _rl_recipe("ppo", Path("unused"), policy=policy, batch_steps=64, minibatch=32)
+    result = train(recipe, tmp_path / "run", progress=False)
+    assert result["iteration"] == 1 and result["env_steps"] >= 64 and "learner/vf_loss" in result
+    assert Path(result["final"]).exists()
+    again = train(recipe.model_copy(update={"rl": recipe.rl.model_copy(update={"iterations": 2})}), tmp_path / "run",
+                  resume=True, progress=False)  # fmt: skip
+    assert again["iteration"] == 2

@@ -122,7 +122,8 @@ class RLSection(_Section):
     lr: float = Field(1e-5, gt=0)
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    # PPO (RLlib's PPO with the dual-clip loss on the same module)
+    # PPO (RLlib's PPO with the dual-clip loss on the same module, or a baseline module)
+    policy: Literal["vla", "mlp_state", "cnn_bev"] = "vla"
     gamma: float = Field(0.99, gt=0, le=1)
     gae_lambda: float = Field(0.95, ge=0, le=1)
     clip: float = Field(0.2, gt=0)

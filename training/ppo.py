@@ -7,12 +7,16 @@ log-prob is that of the stored denoising chain. The loss is the clipped surrogat
 optional dual-clip (:func:`training.rl_losses.clipped_loss`) plus the clipped value loss; there is
 no entropy bonus (the flow has no closed-form entropy; exploration is the SDE's noise level).
 
+``rl.policy = "mlp_state"`` or ``"cnn_bev"`` trains RLlib's default MLP / CNN module instead, on
+the state vector or the BEV image with (accel, steer) control: a classic reference beside the VLA.
+
 Checkpoints are the VLA folder (``save_pretrained``) plus ``value_head.safetensors``; a resumed run
 restarts from the latest one with fresh optimiser moments (RLlib keeps those in its own state).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +59,9 @@ class EpisodeTermsCallback(RLlibCallback):
 
 
 class FlowPPOLearner(PPOTorchLearner):
+    """PPO's loss with the dual-clip option. The new log-prob is the module's ``action_logp`` (the VLA:
+    the stored chain's) or, for RLlib's default modules, that of their action distribution."""
+
     def compute_loss_for_module(self, *, module_id, config, batch: dict[str, Any], fwd_out: dict[str, Any]):
         module = self.module[module_id].unwrapped()
         mask = batch.get(Columns.LOSS_MASK)
@@ -62,7 +69,11 @@ class FlowPPOLearner(PPOTorchLearner):
         def mean(x: torch.Tensor) -> torch.Tensor:
             return x[mask].sum() / mask.sum() if mask is not None else x.mean()
 
-        ratio = torch.exp(log_ratio(fwd_out[Columns.ACTION_LOGP], batch[Columns.ACTION_LOGP]))
+        logp = fwd_out.get(Columns.ACTION_LOGP)
+        if logp is None:
+            dist = module.get_train_action_dist_cls().from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
+            logp = dist.logp(batch[Columns.ACTIONS])
+        ratio = torch.exp(log_ratio(logp, batch[Columns.ACTION_LOGP]))
         dual = config.learner_config_dict.get("dual_clip")
         policy, clipped = clipped_loss(ratio, batch[Postprocessing.ADVANTAGES],
                                        ClipConfig(config.clip_param, config.clip_param, dual))  # fmt: skip
@@ -71,7 +82,7 @@ class FlowPPOLearner(PPOTorchLearner):
         total = mean(policy + config.vf_loss_coeff * vf)
         self.metrics.log_dict({
             POLICY_LOSS_KEY: mean(policy), VF_LOSS_KEY: mean(vf), "clip_fraction": mean(clipped.float()),
-            "ratio_mean": mean(ratio), "approx_kl_old": mean(batch[Columns.ACTION_LOGP] - fwd_out[Columns.ACTION_LOGP]),
+            "ratio_mean": mean(ratio), "approx_kl_old": mean(batch[Columns.ACTION_LOGP] - logp),
         }, key=module_id, window=1)  # fmt: skip
         return total
 
@@ -84,15 +95,19 @@ def build_algorithm(recipe: Recipe, model_path: Path, image_size: tuple[int, int
     from training.rl_module import VLAModule
 
     rl = recipe.rl
-    model_config = {"path": str(model_path.resolve()), "noise_level": rl.noise_level, "stochastic": rl.stochastic,
-                    "eval_noise": recipe.eval.noise, "train": rl.train, "seed": recipe.seed,
-                    "reasoning": rl.reasoning, "temperature": rl.temperature, "init_noise": rl.init_noise,
-                    "threads": 1 if rl.env_runners else None}  # fmt: skip
+    if rl.policy == "vla":
+        model_config = {"path": str(model_path.resolve()), "noise_level": rl.noise_level, "stochastic": rl.stochastic,
+                        "eval_noise": recipe.eval.noise, "train": rl.train, "seed": recipe.seed,
+                        "reasoning": rl.reasoning, "temperature": rl.temperature, "init_noise": rl.init_noise,
+                        "threads": 1 if rl.env_runners else None}  # fmt: skip
+        spec, env_cfg = RLModuleSpec(module_class=VLAModule, model_config=model_config), env_config(recipe, image_size)
+    else:  # a classic baseline: RLlib's default MLP (state) or CNN (BEV) module, with (accel, steer) control
+        spec, env_cfg = RLModuleSpec(model_config=BASELINE_MODELS[rl.policy]), baseline_env_config(recipe)
     config = (
         PPOConfig()
         .environment(
             RLDriveEnv,
-            env_config=env_config(recipe, image_size),
+            env_config=env_cfg,
             normalize_actions=False,
             clip_actions=False,
             disable_env_checking=True,
@@ -104,9 +119,8 @@ def build_algorithm(recipe: Recipe, model_path: Path, image_size: tuple[int, int
             batch_mode="complete_episodes",
             rollout_fragment_length="auto",
         )
-        .rl_module(rl_module_spec=RLModuleSpec(module_class=VLAModule, model_config=model_config))
+        .rl_module(rl_module_spec=spec)
         .training(
-            learner_class=FlowPPOLearner,
             lr=rl.lr,
             gamma=rl.gamma,
             lambda_=rl.gae_lambda,
@@ -119,14 +133,30 @@ def build_algorithm(recipe: Recipe, model_path: Path, image_size: tuple[int, int
             minibatch_size=rl.minibatch,
             num_epochs=rl.epochs,
             grad_clip=rl.grad_clip,
-            learner_config_dict={"dual_clip": rl.dual_clip},
         )
-        .learners(num_learners=0)
+        .learners(num_learners=0, learner_class=FlowPPOLearner, learner_config_dict={"dual_clip": rl.dual_clip})
         .callbacks(EpisodeTermsCallback)
         .fault_tolerance(restart_failed_env_runners=True)
         .debugging(seed=recipe.seed)
     )
     return config.build_algo()
+
+
+BASELINE_MODELS = {
+    "mlp_state": {"fcnet_hiddens": [128, 128], "fcnet_activation": "tanh"},
+    "cnn_bev": {"conv_filters": [[16, [8, 8], 4], [32, [4, 4], 2], [64, [4, 4], 2]], "head_fcnet_hiddens": [128]},
+}
+
+
+def baseline_env_config(recipe: Recipe) -> dict[str, Any]:
+    """The env of a baseline module: one observation (the state vector or the BEV image), control actions
+    renewed every world step (0.1 s)."""
+    rl = recipe.rl
+    cfg = {"bank": rl.bank, "split": rl.split, "observations": ["state" if rl.policy == "mlp_state" else "bev"],
+           "action_mode": "control", "single_observation": True}  # fmt: skip
+    if rl.rewards is not None:
+        cfg["rewards"] = dict(rl.rewards)
+    return cfg
 
 
 def _learner_module(algo):
@@ -139,6 +169,8 @@ def train_ppo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
 
     run_dir = Path(run_dir)
     rl = recipe.rl
+    if rl.policy != "vla":
+        return _train_baseline(recipe, run_dir, resume, progress)
     if not recipe.init_from:
         raise RecipeError("PPO fine-tunes a trained policy: set init_from (--set init_from=RUN/checkpoints/final)")
     if rl.threads:
@@ -195,6 +227,40 @@ def train_ppo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
     logger.plot()
     logger.close()
     return out
+
+
+def _train_baseline(recipe: Recipe, run_dir: Path, resume: bool, progress: bool | None) -> dict[str, Any]:
+    """RLlib PPO on a baseline module; checkpoints are the module's weights (safetensors) per iteration."""
+    import json
+
+    rl = recipe.rl
+    _init_ray(rl, 0)
+    algo = build_algorithm(recipe, Path("."), (0, 0))
+    module = _learner_module(algo)
+    ckpt_dir = run_dir / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    iteration = 0
+    state_file = ckpt_dir / "baseline_state.json"
+    if resume and state_file.exists():
+        iteration = json.loads(state_file.read_text())["iteration"]
+        module.load_state_dict(load_file(ckpt_dir / "module.safetensors"))
+        algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
+    logger = MetricsLogger(run_dir, resume_step=iteration)
+    last: dict[str, Any] = {}
+    try:
+        for _ in tqdm(range(iteration, rl.iterations), desc=f"ppo ({rl.policy})", unit="iter",
+                      disable=None if progress is None else not progress):  # fmt: skip
+            last = _flatten_result(algo.train())
+            iteration += 1
+            logger.log(iteration, last)
+            save_file({k: v.contiguous() for k, v in module.state_dict().items()}, ckpt_dir / ".module.safetensors")
+            os.replace(ckpt_dir / ".module.safetensors", ckpt_dir / "module.safetensors")
+            state_file.write_text(json.dumps({"iteration": iteration, "policy": rl.policy}))
+    finally:
+        algo.stop()
+    logger.plot()
+    logger.close()
+    return {"iteration": iteration, "final": str(ckpt_dir / "module.safetensors"), **last}
 
 
 def _iteration_of(ckpt: Path) -> int:

@@ -8,6 +8,7 @@ reset draws a scenario from the bank like ``LoopDriveEnv`` does.
 
 Cameras are resized to the VLA's input size here (``image_size``), with the same OpenCV area filter
 the model applies, so rollouts store and ship 5x fewer bytes without changing what the model sees.
+``single_observation`` with one observation key returns that array instead of a dict.
 With ``scene_facts`` every info carries the scene's causes and the ego speed at that observation,
 which the reasoning-consistency reward needs at each decision.
 """
@@ -37,6 +38,7 @@ class RLDriveEnv(gym.Wrapper):
         image_size = cfg.pop("image_size", None)
         tasks = cfg.pop("tasks", ())
         self.scene_facts = bool(cfg.pop("scene_facts", False))
+        single = bool(cfg.pop("single_observation", False))
         for key in ("camera_size", "observations"):
             if key in cfg and isinstance(cfg[key], list):
                 cfg[key] = tuple(cfg[key])
@@ -49,6 +51,13 @@ class RLDriveEnv(gym.Wrapper):
             self.observation_space = spaces.Dict(
                 {**self.observation_space.spaces, "cameras": spaces.Box(0, 255, shape, np.uint8)}
             )
+        self.single = None  # with one observation: that array itself (what RLlib's default modules take)
+        if single and len(self.observation_space.spaces) == 1:
+            (self.single,) = self.observation_space.spaces
+            space = self.observation_space[self.single]
+            if space.dtype == np.uint8:  # images as floats in [0, 1] for a CNN
+                space = spaces.Box(0.0, 1.0, space.shape, np.float32)
+            self.observation_space = space
         self.tasks: deque[Task] = deque()
         self.set_tasks(tasks)
         self.current_task: Task | None = None
@@ -87,6 +96,9 @@ class RLDriveEnv(gym.Wrapper):
         return self._resize(obs), self._facts(info)
 
     def _resize(self, obs: dict[str, Any]) -> dict[str, Any]:
+        if self.single is not None:
+            x = obs[self.single]
+            return x.astype(np.float32) / 255.0 if x.dtype == np.uint8 else x
         if self.image_size is None or "cameras" not in obs:
             return obs
         h, w = self.image_size
