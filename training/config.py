@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evaluation.config import describe, read_toml
 
@@ -28,6 +28,12 @@ class RecipeError(ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("split", mode="before", check_fields=False)
+    @classmethod
+    def _whole_bank(cls, v: Any) -> Any:
+        """TOML has no null: ``split = "all"`` means the whole bank (banks without splits, like smoke)."""
+        return None if v == "all" else v
 
 
 class DataSection(_Section):
