@@ -159,14 +159,14 @@ def tiny_vla(tmp_path_factory):
     return path
 
 
-def _rl_recipe(algorithm: str, init: Path, **rl):
+def _rl_recipe(algorithm: str, init: Path, data: dict | None = None, **rl):
     from training.config import recipe_from_dict
 
     base = {"iterations": 1, "bank": "smoke", "split": None, "scenarios": ["lead_brake-000"], "groups_per_iter": 1,
             "group_size": 2, "minibatch": 16, "batch_steps": 40, "threads": 1}  # fmt: skip
     return recipe_from_dict({
         "algorithm": algorithm, "seed": 1, "init_from": str(init),
-        "data": {"collect": False, "n_frames": 1},
+        "data": {"collect": False, "n_frames": 1} | (data or {}),
         "rl": base | rl, "eval": {"final": False}, "checkpoint": {"every": 1, "keep_last": 3},
     })  # fmt: skip
 
@@ -314,3 +314,15 @@ def test_ppo_baseline_modules_on_rllib(ray_local, tmp_path, policy):
     again = train(recipe.model_copy(update={"rl": recipe.rl.model_copy(update={"iterations": 2})}), tmp_path / "run",
                   resume=True, progress=False)  # fmt: skip
     assert again["iteration"] == 2
+
+
+def test_grpo_with_a_behaviour_cloning_anchor_on_the_sft_data(ray_local, tiny_vla, tmp_path):
+    from training.data import CollectConfig, collect
+    from training.run import train
+
+    data = tmp_path / "demo.zarr"
+    collect(CollectConfig(bank="smoke", split=None, scenarios=["lead_brake-000"], n_frames=1, chunk=16), data,
+            progress=False)  # fmt: skip
+    recipe = _rl_recipe("grpo", tiny_vla, data={"path": str(data)}, bc_weight=1.0, bc_batch=4)
+    result = train(recipe, tmp_path / "run", progress=False)
+    assert result["loss/bc"] > 0  # the flow-matching loss on demonstrations joined the policy gradient

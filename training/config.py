@@ -123,6 +123,8 @@ class RLSection(_Section):
     reasoning_weight: float = Field(1.0, ge=0)  # weight of the reasoning tokens' clipped objective
     consistency_weight: float = Field(0.0, ge=0)  # + w x mean reasoning-action consistency in the score
     critic: str = "rules"  # "rules", "hf:/local/model", "http://host:port" (OpenAI-compatible)
+    bc_weight: float = Field(0.0, ge=0)  # + w x SFT loss on the recipe's [data] (ReCogDrive's BC term)
+    bc_batch: int = Field(16, ge=1)
     epochs: int = Field(1, ge=1)
     minibatch: int = Field(32, ge=1)
     lr: float = Field(1e-5, gt=0)

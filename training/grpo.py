@@ -161,9 +161,10 @@ def rollout_metrics(rollouts: list[Rollout], scores: torch.Tensor, groups: torch
     return out
 
 
-def update(policy, reference, optimizer, params, batch: dict[str, Any], recipe: Recipe,
-           iteration: int) -> dict[str, float]:  # fmt: skip
-    """``epochs`` passes of minibatch gradient steps on the GRPO objective."""
+def update(policy, reference, optimizer, params, batch: dict[str, Any], recipe: Recipe, iteration: int,
+           demos=None) -> dict[str, float]:  # fmt: skip
+    """``epochs`` passes of minibatch gradient steps on the GRPO objective (plus, with ``demos`` and
+    ``bc_weight``, the SFT loss on a batch of demonstrations per step, anchoring the policy to its data)."""
     rl = recipe.rl
     clip = ClipConfig(rl.eps_low, rl.eps_high, rl.dual_clip, rl.rho_max)
     n = len(batch["obs"])
@@ -199,6 +200,10 @@ def update(policy, reference, optimizer, params, batch: dict[str, Any], recipe: 
                                                  rl.variant, seq, text_ref, rl.kl_coef)  # fmt: skip
                 loss = loss + rl.reasoning_weight * text_loss
                 st |= {f"reasoning/{k}": v for k, v in text_st.items()}
+            if demos is not None and rl.bc_weight > 0:
+                bc = demos.loss(policy, iteration * 1000 + epoch * 100 + start // rl.minibatch)
+                loss = loss + rl.bc_weight * bc
+                st["loss/bc"] = float(bc.detach())
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(params, rl.grad_clip)
@@ -207,6 +212,24 @@ def update(policy, reference, optimizer, params, batch: dict[str, Any], recipe: 
             for k, v in st.items():
                 stats.setdefault(k, []).append(v)
     return {k: float(np.mean(v)) for k, v in stats.items()}
+
+
+class Demonstrations:
+    """The recipe's SFT data as a behaviour-cloning anchor: the same losses as SFT on seeded batches."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        from training.data import DrivingDataset
+
+        self.data = DrivingDataset(recipe.data.path, max_gb=recipe.data.max_gb)
+        self.recipe = recipe
+
+    def loss(self, policy, step: int) -> torch.Tensor:
+        rng = np.random.default_rng([self.recipe.seed, step])
+        idx = np.sort(rng.choice(len(self.data), size=min(self.recipe.rl.bc_batch, len(self.data)), replace=False))
+        obs, reasoning, target = self.data.batch(idx)
+        gen = torch.Generator(device=policy.device).manual_seed(int(rng.integers(2**31)))
+        losses = policy.losses(obs, reasoning, torch.from_numpy(target).to(policy.device), generator=gen)
+        return losses["flow"] + (losses["text"] if self.recipe.rl.train != "expert" else 0.0)
 
 
 def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None,
@@ -242,6 +265,7 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
                     "temperature": rl.temperature, "init_noise": rl.init_noise,
                     "threads": 1 if rl.env_runners else None}  # fmt: skip
     workers = RolloutWorkers(env_config(recipe, policy.config.image_size), model_config, rl.env_runners, recipe.seed)
+    demos = Demonstrations(recipe) if rl.bc_weight > 0 else None
     pool = scenario_pool(recipe)
     logger = MetricsLogger(run_dir, resume_step=iteration)
 
@@ -283,7 +307,7 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
             t1 = time.perf_counter()
             if rollouts:
                 batch = samples_of(rollouts, scores, adv)
-                metrics |= update(policy, reference, optimizer, params, batch, recipe, iteration)
+                metrics |= update(policy, reference, optimizer, params, batch, recipe, iteration, demos)
             iteration += 1
             env_steps = sum(r.env_steps for r in rollouts)
             metrics |= {"time/rollout_s": t_rollout, "time/update_s": time.perf_counter() - t1,
