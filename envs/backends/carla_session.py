@@ -1,0 +1,206 @@
+"""A CARLA server session: the part of the CARLA backend that talks to a server (client 0.9.16).
+
+It connects with a time-out, loads the scenario's town and weather, runs the server synchronously
+at 20 Hz (``fixed_delta_seconds = 0.05``) with the Traffic Manager synchronous and seeded, builds
+the road graph from the map's topology for our own route planner, spawns the ego with the rig's
+cameras (mounted through :func:`carla_frames.camera_mount`) plus collision and lane-invasion
+sensors, and spawns the traffic on autopilot. ``tick(accel, steer)`` applies a control, advances
+one server frame and returns the frame's camera images and events, matched by frame id. ``close``
+destroys every actor it spawned and gives the server back in asynchronous mode, so nothing leaks
+between episodes. Connection failures surface as ``RuntimeError`` for
+:func:`carla_connection.run_with_retries`.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from envs.backends.carla_frames import camera_mount, from_carla_pose, from_carla_xy, to_carla_pose
+from envs.backends.carla_routes import NoRouteError, RoadGraph
+from envs.backends.carla_scenarios import CarlaSetup
+
+FRAME_DT = 0.05  # s: the server's fixed step (20 Hz)
+EGO_BLUEPRINT = "vehicle.lincoln.mkz_2020"
+TOPOLOGY_STEP_M = 2.0
+
+
+def _carla():
+    try:
+        import carla
+    except ImportError as e:  # pragma: no cover - depends on the optional extra
+        raise ImportError("the CARLA backend needs the client: pip install 'loopdrive[carla]' (carla==0.9.16)") from e
+    return carla
+
+
+@dataclass
+class FrameData:
+    frame: int
+    images: dict[str, np.ndarray] = field(default_factory=dict)  # camera name -> [H, W, 3] uint8 RGB
+    events: list[dict[str, Any]] = field(default_factory=list)
+    ego: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # x, y, yaw (ours), speed m/s
+
+
+class CarlaSession:
+    def __init__(self, host: str = "localhost", port: int = 2000, tm_port: int = 8000, timeout_s: float = 20.0):
+        self.host, self.port, self.tm_port, self.timeout_s = host, port, tm_port, timeout_s
+        self.client = self.world = self.tm = None
+        self.actors: list[Any] = []
+        self.sensors: dict[str, Any] = {}
+        self.queues: dict[str, queue.Queue] = {}
+        self.events: queue.Queue = queue.Queue()
+        self.ego = None
+        self.graphs: dict[str, RoadGraph] = {}
+        self.connect()
+
+    # --- connection ---------------------------------------------------------------------------------------
+    def connect(self) -> None:
+        carla = _carla()
+        self.client = carla.Client(self.host, self.port)
+        self.client.set_timeout(self.timeout_s)
+        self.world = self.client.get_world()
+        self.tm = self.client.get_trafficmanager(self.tm_port)
+
+    def prepare(self, setup: CarlaSetup) -> None:
+        carla = _carla()
+        if self.world.get_map().name.split("/")[-1] != setup.town:
+            self.world = self.client.load_world(setup.town)
+        self.world.set_weather(getattr(carla.WeatherParameters, setup.weather))
+        settings = self.world.get_settings()
+        settings.synchronous_mode, settings.fixed_delta_seconds = True, FRAME_DT
+        self.world.apply_settings(settings)
+        self.tm.set_synchronous_mode(True)
+        self.tm.set_random_device_seed(setup.seed)
+
+    # --- roads ----------------------------------------------------------------------------------------------
+    def road_graph(self) -> RoadGraph:
+        """Every lane segment of the map's topology, sampled every 2 m, in our frame (cached per town)."""
+        town = self.world.get_map().name
+        if town not in self.graphs:
+            segments = []
+            for entry, exit_ in self.world.get_map().get_topology():
+                pts, wp = [entry.transform.location], entry
+                end = exit_.transform.location
+                while wp is not None and wp.transform.location.distance(end) > TOPOLOGY_STEP_M:
+                    nxt = wp.next(TOPOLOGY_STEP_M)
+                    wp = nxt[0] if nxt else None
+                    if wp is not None:
+                        pts.append(wp.transform.location)
+                pts.append(end)
+                line = from_carla_xy(np.array([[p.x, p.y] for p in pts]))
+                if len(line) >= 2:
+                    segments.append(line)
+            self.graphs[town] = RoadGraph(segments)
+        return self.graphs[town]
+
+    def pick_route(self, setup: CarlaSetup, rng: np.random.Generator, tries: int = 200) -> np.ndarray:
+        """A route of the set-up's shape between two spawn points, at least ``min_route_m`` long."""
+        graph = self.road_graph()
+        spawns = self.world.get_map().get_spawn_points()
+        pts = np.array([from_carla_pose(s.location.x, s.location.y, s.rotation.yaw)[:2] for s in spawns])
+        for _ in range(tries):
+            a, b = rng.choice(len(pts), 2, replace=False)
+            if not setup.min_route_m <= np.hypot(*(pts[b] - pts[a])) <= 2.5 * setup.min_route_m:
+                continue
+            try:
+                route = graph.plan(pts[a], pts[b], spacing=1.0)
+            except NoRouteError:
+                continue
+            if len(route) >= setup.min_route_m and route_shape_matches(route, setup.route):
+                return route
+        raise NoRouteError(f"no {setup.route!r} route of >= {setup.min_route_m:.0f} m found on {setup.town}")
+
+    # --- actors ---------------------------------------------------------------------------------------------
+    def spawn(self, route: np.ndarray, rig, setup: CarlaSetup) -> None:
+        carla = _carla()
+        lib = self.world.get_blueprint_library()
+        heading = float(np.arctan2(*(route[5] - route[0])[::-1]))
+        x, y, yaw = to_carla_pose(route[0][0], route[0][1], heading)
+        start = carla.Transform(carla.Location(x=x, y=y, z=0.5), carla.Rotation(yaw=yaw))
+        self.ego = self.world.spawn_actor(lib.find(EGO_BLUEPRINT), start)
+        self.actors.append(self.ego)
+        for cam in rig:
+            m = camera_mount(cam)
+            bp = lib.find("sensor.camera.rgb")
+            for k, v in (("image_size_x", m["width"]), ("image_size_y", m["height"]), ("fov", m["fov"])):
+                bp.set_attribute(k, str(v))
+            where = carla.Transform(carla.Location(x=m["x"], y=m["y"], z=m["z"]),
+                                    carla.Rotation(pitch=m["pitch"], yaw=m["yaw"]))  # fmt: skip
+            self._attach(cam.name, self.world.spawn_actor(bp, where, attach_to=self.ego))
+        for kind in ("collision", "lane_invasion"):
+            sensor = self.world.spawn_actor(lib.find(f"sensor.other.{kind}"), carla.Transform(), attach_to=self.ego)
+            sensor.listen(lambda e, kind=kind: self.events.put((e.frame, kind, e)))
+            self.actors.append(sensor)
+        cars = [b for b in lib.filter("vehicle.*") if int(b.get_attribute("number_of_wheels")) == 4]
+        spawns = self.world.get_map().get_spawn_points()
+        rng = np.random.default_rng(setup.seed)
+        for i in rng.permutation(len(spawns))[: setup.vehicles]:
+            npc = self.world.try_spawn_actor(cars[int(rng.integers(len(cars)))], spawns[int(i)])
+            if npc is not None:
+                npc.set_autopilot(True, self.tm_port)
+                self.actors.append(npc)
+        self.world.tick()
+
+    def _attach(self, name: str, sensor) -> None:
+        q: queue.Queue = queue.Queue()
+        sensor.listen(q.put)
+        self.sensors[name], self.queues[name] = sensor, q
+        self.actors.append(sensor)
+
+    # --- stepping -------------------------------------------------------------------------------------------
+    def tick(self, throttle: float, brake: float, steer: float) -> FrameData:
+        carla = _carla()
+        self.ego.apply_control(carla.VehicleControl(throttle=float(throttle), brake=float(brake), steer=float(steer)))
+        frame = self.world.tick(self.timeout_s)
+        out = FrameData(frame)
+        for name, q in self.queues.items():
+            while True:  # frames arrive in order; drop stale ones, wait for this frame's
+                image = q.get(timeout=self.timeout_s)
+                if image.frame >= frame:
+                    break
+            bgra = np.frombuffer(image.raw_data, np.uint8).reshape(image.height, image.width, 4)
+            out.images[name] = bgra[:, :, 2::-1].copy()
+        while not self.events.empty():
+            f, kind, e = self.events.get_nowait()
+            if kind == "collision":
+                out.events.append({"type": "collision", "frame": f, "other": e.other_actor.type_id})
+            else:
+                out.events.append({"type": "lane_invasion", "frame": f,
+                                   "markings": sorted({str(m.type) for m in e.crossed_lane_markings})})  # fmt: skip
+        tf, v = self.ego.get_transform(), self.ego.get_velocity()
+        x, y, yaw = from_carla_pose(tf.location.x, tf.location.y, tf.rotation.yaw)
+        out.ego = (x, y, yaw, float(np.hypot(v.x, v.y)))
+        return out
+
+    def close(self) -> None:
+        """Destroy everything this session spawned and hand the server back asynchronous."""
+        carla = _carla()
+        for s in self.sensors.values():
+            s.stop()
+        if self.actors and self.client is not None:
+            self.client.apply_batch_sync([carla.command.DestroyActor(a) for a in self.actors])
+        self.actors, self.sensors, self.queues, self.ego = [], {}, {}, None
+        if self.world is not None:
+            settings = self.world.get_settings()
+            settings.synchronous_mode, settings.fixed_delta_seconds = False, None
+            self.world.apply_settings(settings)
+            self.tm.set_synchronous_mode(False)
+
+
+def route_shape_matches(route: np.ndarray, shape: str) -> bool:
+    """Net heading change of a route: straight < 15 deg, a curve > 30 deg, turns 60-120 deg left/right."""
+    d = np.diff(route[:: max(1, len(route) // 50)], axis=0)
+    h = np.unwrap(np.arctan2(d[:, 1], d[:, 0]))
+    net = float(np.degrees(h[-1] - h[0])) if len(h) > 1 else 0.0
+    total = float(np.degrees(np.abs(np.diff(h)).sum())) if len(h) > 1 else 0.0
+    return {
+        "straight": total < 15.0,
+        "curve": total > 30.0,
+        "turn_left": 60.0 <= net <= 120.0,
+        "turn_right": -120.0 <= net <= -60.0,
+        "merge": total < 30.0,
+        "any": True,
+    }[shape]
