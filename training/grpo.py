@@ -26,9 +26,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from training.checkpoints import clean_stale, latest_checkpoint, load_trainer_state, publish_final, save_checkpoint
+from training.checkpoints import clean_stale, latest_checkpoint, load_trainer_state, save_checkpoint
 from training.config import Recipe, RecipeError
 from training.metrics_log import MetricsLogger
+from training.milestones import after_step, finish
 from training.rl_losses import ClipConfig, group_advantages, informative_groups, policy_loss
 from training.rollouts import Rollout, RolloutWorkers, Task
 
@@ -320,25 +321,11 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
             bar.update(1)
             bar.set_postfix(score=f"{metrics['reward/score']:.3f}", clip=f"{metrics.get('clip_fraction', 0):.2f}",
                             refresh=False)  # fmt: skip
-            due = iteration % recipe.checkpoint.every == 0 or iteration == rl.iterations
-            path = checkpoint(iteration) if due else None
-            if evaluate_fn and recipe.eval.every and iteration % recipe.eval.every == 0 and iteration < rl.iterations:
-                path = path or checkpoint(iteration)
-                logger.log(iteration, _eval_metrics(evaluate_fn(path, run_dir / "evals" / path.name)))
+            after_step(iteration, rl.iterations, recipe, checkpoint, evaluate_fn, logger, run_dir)
     finally:
         bar.close()
         workers.stop()
-    result: dict[str, Any] = {"iteration": iteration, **last}
-    if iteration >= rl.iterations:
-        final = publish_final(run_dir, latest_checkpoint(run_dir))
-        result["final"] = str(final)
-        if evaluate_fn is not None and recipe.eval.final:
-            summary = evaluate_fn(final, run_dir / "evals" / "final")
-            logger.log(iteration, _eval_metrics(summary))
-            result["eval"] = summary
-    logger.plot()
-    logger.close()
-    return result
+    return finish(iteration, rl.iterations, recipe, evaluate_fn, logger, run_dir, {"iteration": iteration, **last})
 
 
 def _init_ray(rl, eval_workers: int = 0) -> None:
@@ -354,9 +341,3 @@ def _init_ray(rl, eval_workers: int = 0) -> None:
         else:
             cpus = max(2, rl.env_runners + max(1, eval_workers))
             ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
-
-
-def _eval_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    from training.sft import _eval_metrics as from_summary
-
-    return from_summary(summary)

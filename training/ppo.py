@@ -30,10 +30,11 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from training.checkpoints import clean_stale, latest_checkpoint, publish_final, save_checkpoint
+from training.checkpoints import clean_stale, latest_checkpoint, save_checkpoint
 from training.config import Recipe, RecipeError
-from training.grpo import _eval_metrics, _init_ray, env_config
+from training.grpo import _init_ray, env_config
 from training.metrics_log import MetricsLogger
+from training.milestones import after_step, finish
 from training.rl_losses import ClipConfig, clipped_loss, log_ratio
 
 VALUE_HEAD = "value_head.safetensors"
@@ -88,11 +89,10 @@ class FlowPPOLearner(PPOTorchLearner):
 
 
 def build_algorithm(recipe: Recipe, model_path: Path, image_size: tuple[int, int]):
-    from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from training.rl_env import RLDriveEnv
     from training.rl_module import VLAModule
+    from training.rollouts import env_runner_config
 
     rl = recipe.rl
     if rl.policy == "vla":
@@ -104,22 +104,7 @@ def build_algorithm(recipe: Recipe, model_path: Path, image_size: tuple[int, int
     else:  # a classic baseline: RLlib's default MLP (state) or CNN (BEV) module, with (accel, steer) control
         spec, env_cfg = RLModuleSpec(model_config=BASELINE_MODELS[rl.policy]), baseline_env_config(recipe)
     config = (
-        PPOConfig()
-        .environment(
-            RLDriveEnv,
-            env_config=env_cfg,
-            normalize_actions=False,
-            clip_actions=False,
-            disable_env_checking=True,
-        )
-        .framework("torch")
-        .env_runners(
-            num_env_runners=rl.env_runners,
-            num_envs_per_env_runner=1,
-            batch_mode="complete_episodes",
-            rollout_fragment_length="auto",
-        )
-        .rl_module(rl_module_spec=spec)
+        env_runner_config(env_cfg, spec, rl.env_runners, recipe.seed)
         .training(
             lr=rl.lr,
             gamma=rl.gamma,
@@ -136,8 +121,6 @@ def build_algorithm(recipe: Recipe, model_path: Path, image_size: tuple[int, int
         )
         .learners(num_learners=0, learner_class=FlowPPOLearner, learner_config_dict={"dual_clip": rl.dual_clip})
         .callbacks(EpisodeTermsCallback)
-        .fault_tolerance(restart_failed_env_runners=True)
-        .debugging(seed=recipe.seed)
     )
     return config.build_algo()
 
@@ -208,25 +191,11 @@ def train_ppo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
             last = _flatten_result(result) | {"time/iteration_s": time.perf_counter() - t0}
             logger.log(iteration, last)
             bar.update(1)
-            due = iteration % recipe.checkpoint.every == 0 or iteration == rl.iterations
-            path = checkpoint(iteration) if due else None
-            if evaluate_fn and recipe.eval.every and iteration % recipe.eval.every == 0 and iteration < rl.iterations:
-                path = path or checkpoint(iteration)
-                logger.log(iteration, _eval_metrics(evaluate_fn(path, run_dir / "evals" / path.name)))
+            after_step(iteration, rl.iterations, recipe, checkpoint, evaluate_fn, logger, run_dir)
     finally:
         bar.close()
         algo.stop()
-    out: dict[str, Any] = {"iteration": iteration, **last}
-    if iteration >= rl.iterations:
-        final = publish_final(run_dir, latest_checkpoint(run_dir))
-        out["final"] = str(final)
-        if evaluate_fn is not None and recipe.eval.final:
-            summary = evaluate_fn(final, run_dir / "evals" / "final")
-            logger.log(iteration, _eval_metrics(summary))
-            out["eval"] = summary
-    logger.plot()
-    logger.close()
-    return out
+    return finish(iteration, rl.iterations, recipe, evaluate_fn, logger, run_dir, {"iteration": iteration, **last})
 
 
 def _train_baseline(recipe: Recipe, run_dir: Path, resume: bool, progress: bool | None) -> dict[str, Any]:

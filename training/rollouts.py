@@ -217,36 +217,44 @@ def _run(runner, plan: dict[int, list[Task]], weights, level: str, horizon: int,
     return _episode_rollouts(runner, tasks, critic), [t.uid for t in tasks]
 
 
+def env_runner_config(env_config: dict[str, Any], module_spec, num_env_runners: int, seed: int):
+    """The RLlib config of our env runners: ``RLDriveEnv`` with trajectories passed through untouched
+    (no action normalisation or clipping), whole episodes, one env per runner, the given module, and
+    restarts of failed runners. A ``PPOConfig``, because any new-stack config serves for the runners and
+    PPO adds its training settings on top."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from training.rl_env import RLDriveEnv
+
+    return (
+        PPOConfig()
+        .environment(
+            RLDriveEnv, env_config=env_config, normalize_actions=False, clip_actions=False, disable_env_checking=True
+        )
+        .framework("torch")
+        .env_runners(
+            num_env_runners=num_env_runners,
+            num_envs_per_env_runner=1,
+            batch_mode="complete_episodes",
+            num_cpus_per_env_runner=1,
+            rollout_fragment_length="auto",
+        )
+        .rl_module(rl_module_spec=module_spec)
+        .fault_tolerance(restart_failed_env_runners=True)
+        .debugging(seed=seed)
+    )
+
+
 class RolloutWorkers:
     def __init__(self, env_config: dict[str, Any], model_config: dict[str, Any], num_env_runners: int = 0,
                  seed: int = 0) -> None:  # fmt: skip
-        from ray.rllib.algorithms.ppo import PPOConfig  # any new-stack config: only its env-runner part is used
         from ray.rllib.core.rl_module.rl_module import RLModuleSpec
         from ray.rllib.env.env_runner_group import EnvRunnerGroup
 
-        from training.rl_env import RLDriveEnv
         from training.rl_module import VLAModule
 
-        config = (
-            PPOConfig()
-            .environment(
-                RLDriveEnv,
-                env_config=env_config,
-                normalize_actions=False,
-                clip_actions=False,
-                disable_env_checking=True,
-            )
-            .framework("torch")
-            .env_runners(
-                num_env_runners=num_env_runners,
-                num_envs_per_env_runner=1,
-                batch_mode="complete_episodes",
-                num_cpus_per_env_runner=1,
-            )
-            .rl_module(rl_module_spec=RLModuleSpec(module_class=VLAModule, model_config=model_config))
-            .fault_tolerance(restart_failed_env_runners=True)
-            .debugging(seed=seed)
-        )
+        spec = RLModuleSpec(module_class=VLAModule, model_config=model_config)
+        config = env_runner_config(env_config, spec, num_env_runners, seed)
         self.num_env_runners = num_env_runners
         self.group = EnvRunnerGroup(config=config, local_env_runner=num_env_runners == 0)
         self.restarts = 0

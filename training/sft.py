@@ -23,12 +23,12 @@ from training.checkpoints import (
     clean_stale,
     latest_checkpoint,
     load_trainer_state,
-    publish_final,
     save_checkpoint,
 )
 from training.config import Recipe
 from training.data import CollectConfig, DatasetError, DrivingDataset, collect
 from training.metrics_log import MetricsLogger
+from training.milestones import after_step, finish
 
 
 class EpochSampler:
@@ -195,25 +195,6 @@ def train_sft(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
                 "samples_per_s": seen / (time.perf_counter() - t0),
             }
             logger.log(step, last)
-        path = checkpoint(step) if step % recipe.checkpoint.every == 0 or step == cfg.steps else None
-        if evaluate_fn is not None and recipe.eval.every and step % recipe.eval.every == 0 and step < cfg.steps:
-            path = path or checkpoint(step)  # an evaluation reads a checkpoint (and a resume restarts from it)
-            logger.log(step, _eval_metrics(evaluate_fn(path, run_dir / "evals" / path.name)))
+        after_step(step, cfg.steps, recipe, checkpoint, evaluate_fn, logger, run_dir)
     bar.close()
-    result: dict[str, Any] = {"step": step, **last}
-    if step >= cfg.steps:
-        final = publish_final(run_dir, latest_checkpoint(run_dir))
-        result["final"] = str(final)
-        if evaluate_fn is not None and recipe.eval.final:
-            summary = evaluate_fn(final, run_dir / "evals" / "final")
-            logger.log(step, _eval_metrics(summary))
-            result["eval"] = summary
-    logger.plot()
-    logger.close()
-    return result
-
-
-def _eval_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    out = {f"eval/{k}": v["mean"] for k, v in summary["suites"].items() if v.get("mean") is not None}
-    out["eval/success_rate"] = summary.get("success_rate") or 0.0
-    return out
+    return finish(step, cfg.steps, recipe, evaluate_fn, logger, run_dir, {"step": step, **last})
