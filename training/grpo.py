@@ -233,19 +233,27 @@ class Demonstrations:
         return losses["flow"] + (losses["text"] if self.recipe.rl.train != "expert" else 0.0)
 
 
+def starting_point(recipe: Recipe, run_dir: Path, resume: bool, algorithm: str) -> tuple[Path | None, Path]:
+    """(latest checkpoint when resuming, the policy to start from); RL fine-tunes a trained policy, so
+    ``init_from`` is required. Also sets the trainer's threads and clears a killed save's leftovers."""
+    if not recipe.init_from:
+        raise RecipeError(
+            f"{algorithm} fine-tunes a trained policy: set init_from (--set init_from=RUN/checkpoints/final)"
+        )
+    if recipe.rl.threads:
+        torch.set_num_threads(recipe.rl.threads)
+    clean_stale(run_dir)
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    return ckpt, Path(ckpt or recipe.init_from)
+
+
 def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None,
                evaluate_fn=None) -> dict[str, Any]:  # fmt: skip
     from agents.vla.model import VLA
 
     run_dir = Path(run_dir)
     rl = recipe.rl
-    if not recipe.init_from:
-        raise RecipeError("GRPO fine-tunes a trained policy: set init_from (--set init_from=RUN/checkpoints/final)")
-    if rl.threads:
-        torch.set_num_threads(rl.threads)
-    clean_stale(run_dir)
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    start_path = ckpt or Path(recipe.init_from)
+    ckpt, start_path = starting_point(recipe, run_dir, resume, "GRPO")
     policy = VLA.from_pretrained(start_path)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     policy = policy.to(device).train()

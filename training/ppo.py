@@ -30,9 +30,9 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from training.checkpoints import clean_stale, latest_checkpoint, save_checkpoint
-from training.config import Recipe, RecipeError
-from training.grpo import _init_ray, env_config
+from training.checkpoints import save_checkpoint
+from training.config import Recipe
+from training.grpo import _init_ray, env_config, starting_point
 from training.metrics_log import MetricsLogger
 from training.milestones import after_step, finish
 from training.rl_losses import ClipConfig, clipped_loss, log_ratio
@@ -154,13 +154,7 @@ def train_ppo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
     rl = recipe.rl
     if rl.policy != "vla":
         return _train_baseline(recipe, run_dir, resume, progress)
-    if not recipe.init_from:
-        raise RecipeError("PPO fine-tunes a trained policy: set init_from (--set init_from=RUN/checkpoints/final)")
-    if rl.threads:
-        torch.set_num_threads(rl.threads)
-    clean_stale(run_dir)
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    start = Path(ckpt or recipe.init_from)
+    ckpt, start = starting_point(recipe, run_dir, resume, "PPO")
     image_size = VLA.from_pretrained(start).config.image_size
     _init_ray(rl, recipe.eval.workers)
     algo = build_algorithm(recipe, start, image_size)
