@@ -9,7 +9,8 @@ One iteration:
      group -> the advantage of each of its decisions (DAPO: drop groups whose scores are all equal
      and sample more);
   4. ``epochs`` passes of minibatch updates of the clipped objective (:mod:`training.rl_losses`)
-     with the chains' log-probs under the current weights, optionally with a k3 KL to the start;
+     with the chains' log-probs under the current weights; optionally a k3 KL to the start, a
+     clipped term on the reasoning tokens, and a behaviour-cloning anchor on the SFT data;
   5. log, checkpoint, evaluate in closed loop (deterministic plan) every ``eval.every`` iterations.
 
 Resume is exact with in-process rollouts: the task plan, the runners' sampling noise and the
