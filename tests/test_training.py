@@ -244,3 +244,14 @@ def test_tiny_pipeline_collect_sft_evaluate(tmp_path, capsys):
     assert summary["episodes"]["total"] == 1 and summary["agent"].startswith("vla:")
     last = _metrics(run)[-1]
     assert "eval/leaderboard" in last and 0 <= last["eval/leaderboard"] <= 100
+
+
+def test_every_shipped_recipe_validates():
+    from training.config import load_recipe
+
+    recipes = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.toml"))
+    assert {p.stem for p in recipes} >= {"sft_tiny", "sft_demo", "grpo_tiny", "ppo_sb3_state"}
+    for path in recipes:
+        recipe = load_recipe(path)
+        if recipe.algorithm in ("grpo", "ppo"):
+            assert recipe.init_from, f"{path.name}: RL starts from a trained policy"
