@@ -260,7 +260,7 @@ def test_grpo_step_level_with_reasoning_and_the_consistency_reward(ray_local, ti
     from agents.vla.model import VLA
     from training.run import train
 
-    recipe = _rl_recipe("grpo", tiny_vla, level="step", branch_horizon=2, group_size=3, reasoning=True,
+    recipe = _rl_recipe("grpo", tiny_vla, level="step", branch_horizon=2, score="return", group_size=3, reasoning=True,
                         consistency_weight=1.0, train="both", lr=1e-3)  # fmt: skip
     result = train(recipe, tmp_path / "run", progress=False)
     assert result["iteration"] == 1
@@ -326,3 +326,22 @@ def test_grpo_with_a_behaviour_cloning_anchor_on_the_sft_data(ray_local, tiny_vl
     recipe = _rl_recipe("grpo", tiny_vla, data={"path": str(data)}, bc_weight=1.0, bc_batch=4)
     result = train(recipe, tmp_path / "run", progress=False)
     assert result["loss/bc"] > 0  # the flow-matching loss on demonstrations joined the policy gradient
+
+
+def test_step_level_branches_scored_by_the_driving_score_run_to_the_episode_end(ray_local, tiny_vla):
+    from training.config import recipe_from_dict
+    from training.grpo import branch_length, score_of
+    from training.rollouts import RolloutWorkers, Task
+
+    rl = recipe_from_dict({"rl": {"level": "step", "score": "driving_score"}}).rl
+    assert branch_length(rl) > 1000 and branch_length(rl.model_copy(update={"score": "return"})) == rl.branch_horizon
+    workers = RolloutWorkers({"bank": "smoke", "n_frames": 1, "image_size": [56, 112]}, {"path": str(tiny_vla)}, 0)
+    try:
+        tasks = [Task(uid=i, group=0, scenario="lead_brake-000", seed=2, branch_at=2) for i in range(2)]
+        rollouts = workers.run(tasks, None, "step", branch_length(rl))
+    finally:
+        workers.stop()
+    assert len(rollouts) == 2
+    for r in rollouts:
+        assert r.metrics is not None  # the branch reached the episode's end
+        assert score_of(r, rl) == pytest.approx(r.metrics["leaderboard"]["score"] / 100.0)

@@ -105,7 +105,9 @@ class RLSection(_Section):
     groups_per_iter: int = Field(4, ge=1)
     group_size: int = Field(8, ge=1)
     branch_horizon: int = Field(6, ge=1)  # step level: decisions scored after the branch
-    score: Literal["driving_score", "return"] = "driving_score"  # what an episode / branch is worth
+    # what a rollout is worth: the episode's Driving Score or summed reward; at step level, "return" sums
+    # the reward over the branch horizon and "driving_score" drives each branch to the episode's end
+    score: Literal["driving_score", "return"] = "driving_score"
     rewards: dict[str, float] | None = None  # the env's reward terms (None: the env's defaults)
     normalise: bool = True  # (r - mean) / std per group, else r - mean
     variant: Literal["grpo", "dapo", "gspo", "aipo"] = "grpo"

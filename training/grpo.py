@@ -84,12 +84,17 @@ def plan_tasks(recipe: Recipe, pool: list[tuple[str, float]], iteration: int, rn
 
 
 def score_of(rollout: Rollout, rl) -> float:
-    """What a rollout is worth to GRPO: its Driving Score (/100) or summed reward (step level: always the
-    reward over the branch horizon), plus ``consistency_weight`` x its reasoning consistency."""
-    score = rollout.score(rl.score if rl.level == "episode" else "return")
+    """What a rollout is worth to GRPO: its Driving Score (/100) or summed reward (``rl.score``), plus
+    ``consistency_weight`` x its reasoning consistency."""
+    score = rollout.score(rl.score)
     if rollout.consistency is not None:
         score += rl.consistency_weight * rollout.consistency
     return score
+
+
+def branch_length(rl) -> int:
+    """Decisions a step-level branch runs: the horizon, or to the episode's end to score its Driving Score."""
+    return rl.branch_horizon if rl.score == "return" else 100_000
 
 
 def trainable_names(model, part: str) -> list[str]:
@@ -298,7 +303,7 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
                 tasks = plan_tasks(recipe, pool, iteration, rounds)
                 seed = recipe.seed * 1_000_003 + iteration * 31 + rounds
                 critic = rl.critic if rl.reasoning and rl.consistency_weight > 0 else None
-                rollouts += workers.run(tasks, weights | {"__seed__": np.array(seed)}, rl.level, rl.branch_horizon,
+                rollouts += workers.run(tasks, weights | {"__seed__": np.array(seed)}, rl.level, branch_length(rl),
                                         rl.retries, critic)  # fmt: skip
                 rounds += 1
                 groups = torch.tensor([r.group for r in rollouts])

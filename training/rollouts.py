@@ -179,7 +179,7 @@ def _branch_rollouts(runner, tasks: list[Task], horizon: int, critic: str | None
         for i, task in enumerate(group):
             obs_i, _ = env.restore(snap)
             action = sampled[Columns.ACTIONS][i].numpy()
-            rewards, terms, n = [], {}, 0
+            rewards, terms, n, final = [], {}, 0, None
             for h in range(horizon):
                 obs_i, r, term, trunc, info = env.step(action)
                 rewards.append(r)
@@ -187,6 +187,7 @@ def _branch_rollouts(runner, tasks: list[Task], horizon: int, critic: str | None
                 for k, v in info["reward_terms"].items():
                     terms[k] = terms.get(k, 0.0) + float(v)
                 if term or trunc:
+                    final = info.get("metrics")
                     break
                 if h + 1 < horizon:
                     with torch.no_grad():
@@ -196,6 +197,7 @@ def _branch_rollouts(runner, tasks: list[Task], horizon: int, critic: str | None
                 chains=sampled[CHAIN][i : i + 1].numpy(), smasks=sampled[SMASK][i : i + 1].numpy() > 0.5,
                 logp=sampled[Columns.ACTION_LOGP][i : i + 1].numpy(),
                 rewards=np.asarray([sum(rewards)], np.float32), reward_terms=terms, env_steps=n + steps,
+                metrics=final,
             )  # fmt: skip
             if REASONING_IDS in sampled:
                 _add_reasoning(runner, rollout, sampled[REASONING_IDS][i : i + 1].numpy(),
