@@ -118,7 +118,7 @@ def shipped_weights(model, part: str) -> dict[str, np.ndarray]:
     return {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items() if k in names}
 
 
-def samples_of(rollouts: list[Rollout], scores: torch.Tensor, advantages: torch.Tensor) -> dict[str, Any]:
+def samples_of(rollouts: list[Rollout], advantages: torch.Tensor) -> dict[str, Any]:
     """Flatten rollouts into decision samples, each carrying its rollout's advantage."""
     obs, chains, smasks, logp, adv, seq, ids, text_logp = [], [], [], [], [], [], [], []
     for r, a in zip(rollouts, advantages.tolist()):
@@ -317,11 +317,11 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
             adv = group_advantages(scores, groups, rl.normalise)
             if rl.variant == "dapo":
                 rollouts = [r for r, k in zip(rollouts, keep.tolist()) if k]
-                adv, scores = adv[keep], scores[keep]
+                adv = adv[keep]
             metrics["groups/informative"] = float(n_informative)
             t1 = time.perf_counter()
             if rollouts:
-                batch = samples_of(rollouts, scores, adv)
+                batch = samples_of(rollouts, adv)
                 metrics |= update(policy, reference, optimizer, params, batch, recipe, iteration, demos)
             iteration += 1
             env_steps = sum(r.env_steps for r in rollouts)
