@@ -11,6 +11,9 @@ optionally perturbs the ego's start (recovery data for imitation learning).
 ``snapshot()`` / ``restore(snap)`` branch an episode: the world (with its RNG), the controller's plan,
 the ego history, camera frames and the accumulated returns (step-level GRPO scores G continuations
 from one snapshot).
+``backend="worldmodel", world_model=PATH``: the agent sees camera frames a learned world model
+generates (warm-started from the scenario's real frames, ``world_model_warmup`` more real decisions)
+while the embedded world keeps the state the metrics read (``envs.backends.world_model``).
 ``step_hooks`` (callables ``hook(env)``) run after every 0.1 s world step (an evaluation's video
 recorder uses it); ``render_seconds`` accumulates the time spent rendering cameras, so a profiler
 can split a step into simulation and rendering.
@@ -37,7 +40,7 @@ from scenarios import Scenario, load_bank
 
 ALL_OBSERVATIONS = ("cameras", "ego_history", "ego_state", "route", "command", "bev", "state")
 DEFAULT_OBSERVATIONS = ("cameras", "ego_history", "ego_state", "route", "command")
-BACKENDS = ("embedded",)
+BACKENDS = ("embedded", "worldmodel")
 TRAJ_LOW = np.tile(np.array([-50.0, -100.0, -math.pi], np.float32), (PLAN_STEPS, 1))
 TRAJ_HIGH = np.tile(np.array([300.0, 100.0, math.pi], np.float32), (PLAN_STEPS, 1))
 
@@ -68,6 +71,9 @@ class LoopDriveEnv(gym.Env):
         leaderboard_version: str = "2.0",
         reference_planner: Callable[[World], np.ndarray] | None = None,
         render_mode: str | None = None,
+        world_model: str | None = None,
+        world_model_noise: float = 0.0,
+        world_model_warmup: int = 0,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; available here: {list(BACKENDS)}")
@@ -82,6 +88,9 @@ class LoopDriveEnv(gym.Env):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         if n_frames < 1:
             raise ValueError(f"n_frames must be >= 1, got {n_frames}")
+        if backend == "worldmodel" and (world_model is None or "cameras" not in observations):
+            raise ValueError("backend='worldmodel' needs world_model=PATH (a saved world model) and the 'cameras' "
+                             "observation")  # fmt: skip
 
         if isinstance(scenario, Scenario):
             self.scenarios = [scenario]
@@ -141,6 +150,14 @@ class LoopDriveEnv(gym.Env):
         self._frames = None
         if self.cameras is not None:
             self._frames = np.zeros((len(self.rig), n_frames, h, w, 3), np.uint8)
+        self.imagined = None  # the world-model backend's cameras
+        self.world_model_warmup = int(world_model_warmup)
+        if backend == "worldmodel":
+            from envs.backends.world_model import ImaginedCameras
+
+            self.imagined = ImaginedCameras(world_model, len(self.rig), n_frames, self.decision_every, (h, w),
+                                            noise_scale=world_model_noise)  # fmt: skip
+        self._decisions = 0
 
     # --- episode ---------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -171,6 +188,9 @@ class LoopDriveEnv(gym.Env):
             self.cameras.render(self.world, self._frames[:, -1])
             self.render_seconds += time.perf_counter() - t0
             self._frames[:, :-1] = self._frames[:, -1:]
+        self._decisions = 0
+        if self.imagined is not None:
+            self.imagined.start(self._frames, seed=world_seed)
         return self._observe(), self._info([], {})
 
     def snapshot(self) -> dict[str, Any]:
@@ -187,6 +207,8 @@ class LoopDriveEnv(gym.Env):
             "returns": dict(self._returns),
             "done": self._done,
             "scenario": self.scenario,
+            "decisions": self._decisions,
+            "imagined": None if self.imagined is None else self.imagined.state(),
         }
 
     def restore(self, snap: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -202,6 +224,9 @@ class LoopDriveEnv(gym.Env):
             self._frames[:] = snap["frames"]
         self._ego_prev, self._ego_track = snap["ego_prev"], list(snap["ego_track"])
         self._returns, self._done = dict(snap["returns"]), snap["done"]
+        self._decisions = snap["decisions"]
+        if self.imagined is not None:
+            self.imagined.set_state(snap["imagined"])
         return self._observe(), self._info([], {})
 
     def _pick_scenario(self, choice: str | int | None) -> Scenario:
@@ -246,6 +271,8 @@ class LoopDriveEnv(gym.Env):
         terminated = truncated = False
         n = self.decision_every
         render_from = n - min(self.n_frames, n)
+        imagine = self.imagined is not None and self._decisions >= self.world_model_warmup
+        start = len(self._ego_track) - 1
         if self._frames is not None and n < self.n_frames:
             self._frames[:, :-n] = self._frames[:, n:].copy()
         for k in range(n):
@@ -268,7 +295,7 @@ class LoopDriveEnv(gym.Env):
             for key, v in values.items():
                 terms[key] += v
             events.extend(new_events)
-            if self._frames is not None and k >= render_from:
+            if self._frames is not None and k >= render_from and not imagine:
                 t0 = time.perf_counter()
                 self.cameras.render(w, self._frames[:, self.n_frames - (n - k)])
                 self.render_seconds += time.perf_counter() - t0
@@ -278,6 +305,16 @@ class LoopDriveEnv(gym.Env):
             truncated = w.t >= self.scenario.duration_s - 1e-9
             if terminated or truncated:
                 break
+        if self.imagined is not None:
+            t0 = time.perf_counter()
+            if imagine:
+                from envs.backends.world_model import motion_from_track
+
+                self._frames[:] = self.imagined.imagine(motion_from_track(self._ego_track, start, n))
+            else:
+                self.imagined.observe(self._frames)
+            self.render_seconds += time.perf_counter() - t0
+        self._decisions += 1
         for key, v in terms.items():
             self._returns[key] += v
         info = self._info(events, terms)

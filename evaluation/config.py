@@ -42,12 +42,22 @@ class EvalConfig(BaseModel):
     extra_metrics: list[str] = Field(default_factory=list)
     consistency: bool = True  # score the agent's reasoning against what it did (rules critic)
     retries: int = Field(1, ge=0, description="re-runs of an episode whose worker crashed")
+    backend: str = Field("embedded", description="embedded, or worldmodel (cameras from a learned model)")
+    world_model: str | None = Field(None, description="a saved world model, for backend = worldmodel")
+    world_model_noise: float = Field(0.0, ge=0, description="its starting-noise scale (0: deterministic frames)")
 
     @field_validator("split")
     @classmethod
     def _split(cls, v: str | None) -> str | None:
         if v not in (None, "train", "val", "test"):
             raise ValueError(f"split must be train, val or test, got {v!r}")
+        return v
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        if v not in ("embedded", "worldmodel"):
+            raise ValueError(f"backend must be 'embedded' or 'worldmodel', got {v!r}")
         return v
 
     @field_validator("leaderboard_version")
@@ -60,6 +70,8 @@ class EvalConfig(BaseModel):
     def identity(self) -> dict[str, Any]:
         """The fields that decide episode results (not how they are computed or shown)."""
         keep = ("bank", "split", "agent", "decision_every", "n_frames", "camera_size", "leaderboard_version")
+        if self.backend != "embedded":  # (embedded runs keep the identity they had before backends existed)
+            keep += ("backend", "world_model", "world_model_noise")
         return {k: v for k, v in self.model_dump(mode="json").items() if k in keep}
 
 

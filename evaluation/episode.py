@@ -75,11 +75,14 @@ class EpisodeRunner:
     def env(self, rig: str) -> LoopDriveEnv:
         if rig not in self.envs:
             c = self.config
-            wanted = getattr(self.agent, "observations", None) or DEFAULT_OBSERVATIONS
+            wanted = tuple(getattr(self.agent, "observations", None) or DEFAULT_OBSERVATIONS)
+            if c.backend == "worldmodel" and "cameras" not in wanted:  # the backend is a camera model
+                wanted += ("cameras",)
             self.envs[rig] = LoopDriveEnv(
                 bank=c.bank, split=c.split, rig=rig, observations=tuple(wanted), decision_every=c.decision_every,
                 n_frames=c.n_frames, camera_size=tuple(c.camera_size), leaderboard_version=c.leaderboard_version,
-                render_mode="rgb_array" if c.video else None,
+                render_mode="rgb_array" if c.video else None, backend=c.backend, world_model=c.world_model,
+                world_model_noise=c.world_model_noise,
             )  # fmt: skip
         return self.envs[rig]
 

@@ -123,6 +123,17 @@ def load_trainer_state(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]
     return state, _optimizer_state(tensors, state.pop("optimizer")), rng
 
 
+def restore_trainer(path: str | Path, optimizer: torch.optim.Optimizer,
+                    generators: dict[str, torch.Generator]) -> dict[str, Any]:  # fmt: skip
+    """Load a checkpoint's optimizer moments and RNG states into ``optimizer`` and ``generators`` (by the
+    names they were saved under); returns the trainer state (step, data positions)."""
+    state, optim_state, rng = load_trainer_state(path)
+    optimizer.load_state_dict(optim_state)
+    for name, generator in generators.items():
+        generator.set_state(rng[name])
+    return state
+
+
 def publish_final(run_dir: str | Path, checkpoint: Path) -> Path:
     """``RUN/checkpoints/final``: a copy of the last checkpoint (loads as ``vla:RUN/checkpoints/final``)."""
     final = checkpoint_dir(run_dir) / "final"

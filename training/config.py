@@ -160,21 +160,63 @@ class SB3Section(_Section):
     net_arch: list[int] = Field(default_factory=lambda: [64, 64])
 
 
+class WorldSection(_Section):
+    """The world model (``algorithm = "world_model"``): an action-conditioned flow-matching model of the
+    camera stream, trained on the recipe's ``[data]`` with the ``[train]`` schedule."""
+
+    context: int = Field(2, ge=1)  # past decisions it sees
+    channels: list[int] = Field(default_factory=lambda: [32, 64, 128])  # U-Net width per level
+    patch: int = Field(2, ge=1)  # the U-Net works on patch x patch pixel blocks
+    flow_steps: int = Field(4, ge=1)
+    val_fraction: float = Field(0.1, gt=0, lt=1)  # scenarios held out (by id) for the evaluation
+    horizons: int = Field(4, ge=1)  # decisions predicted autoregressively in the evaluation
+    eval_sequences: int = Field(64, ge=1)  # held-out sequences scored
+    eval_noise: float = Field(0.0, ge=0)  # the flow's starting-noise scale there (0: the deterministic prediction)
+    video_sequences: int = Field(3, ge=0)  # predicted-vs-true sequences in eval.mp4
+
+
+class DDRLSection(_Section):
+    """Data-regularised diffusion RL of the world model (``algorithm = "ddrl"``, REFERENCE.md section 4):
+    groups of SDE samples per real context, rewards from ``rewards.frames``, the clipped per-step
+    policy gradient with shaped advantages, plus ``data_beta`` x the flow loss on real data."""
+
+    iterations: int = Field(40, ge=1)
+    contexts: int = Field(4, ge=1)  # real contexts (all the rig's cameras) per iteration
+    group_size: int = Field(8, ge=2)
+    rewards: dict[str, float] = Field(default_factory=lambda: {"psnr": 1.0})  # rewards.frames names or paths
+    shaping: Literal["exp", "none"] = "exp"  # lambda(A) = -exp(-A) on the group-normalised advantage
+    clip: float = Field(1e-4, gt=0)  # of each step's probability ratio
+    kl_coef: float = Field(0.0, ge=0)  # KL to the frozen starting model (closed form per Gaussian step)
+    data_beta: float = Field(1.0, ge=0)  # weight of the flow-matching loss on real data
+    rl_weight: float = Field(1.0, ge=0)  # weight of the policy-gradient surrogate (0: the data-only ablation)
+    data_batch: int = Field(8, ge=1)  # real samples (x the rig's cameras) for that loss per iteration
+    noise_level: float = Field(0.7, gt=0)  # the SDE's noise level a
+    sde_steps: int = Field(8, ge=1)  # denoising steps of the sampled chain (all stochastic)
+    noise_scale: float = Field(1.0, ge=0)  # the starting noise's scale
+    lr: float = Field(2e-5, gt=0)
+    grad_clip: float = 1.0
+    eval_contexts: int = Field(16, ge=1)  # held-out contexts for the reward / data-loss probes
+    eval_every: int = Field(5, ge=1)
+    max_iterations_this_run: int | None = None
+
+
 class CheckpointSection(_Section):
     every: int = Field(100, ge=1)
     keep_last: int = Field(2, ge=1)
 
 
 class Recipe(_Section):
-    algorithm: Literal["sft", "grpo", "ppo", "ppo_sb3"] = "sft"
+    algorithm: Literal["sft", "grpo", "ppo", "ppo_sb3", "world_model", "ddrl"] = "sft"
     seed: int = 0
-    init_from: str | None = None  # a saved VLA folder to start from
+    init_from: str | None = None  # a saved VLA (or, for ddrl, world model) folder to start from
     data: DataSection = Field(default_factory=DataSection)
     model: ModelSection = Field(default_factory=ModelSection)
     train: TrainSection = Field(default_factory=TrainSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     rl: RLSection = Field(default_factory=RLSection)
     sb3: SB3Section = Field(default_factory=SB3Section)
+    world: WorldSection = Field(default_factory=WorldSection)
+    ddrl: DDRLSection = Field(default_factory=DDRLSection)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
 
 

@@ -77,6 +77,14 @@ def train(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: b
             evaluate = make_evaluator(recipe, agent="sb3:{checkpoint}")
             result["eval"] = evaluate(Path(result["final"]), run_dir / "evals" / "final")
         return result
+    if recipe.algorithm == "world_model":
+        from training.world_model import train_world_model
+
+        return train_world_model(recipe, run_dir, resume=resume, progress=progress)
+    if recipe.algorithm == "ddrl":
+        from training.ddrl import train_ddrl
+
+        return train_ddrl(recipe, run_dir, resume=resume, progress=progress)
     raise RecipeError(f"algorithm {recipe.algorithm!r} is not implemented")  # pragma: no cover
 
 

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from training.checkpoints import (
     clean_stale,
     latest_checkpoint,
-    load_trainer_state,
+    restore_trainer,
     save_checkpoint,
 )
 from training.config import Recipe
@@ -67,6 +67,14 @@ def ensure_dataset(recipe: Recipe, progress: bool | None = None) -> DrivingDatas
     elif not path.exists():
         raise DatasetError(f"data.path {path} does not exist and data.collect is false")
     return DrivingDataset(path, max_gb=d.max_gb)
+
+
+def prepare_run(recipe: Recipe, run_dir: Path, progress: bool | None = None) -> DrivingDataset:
+    """What a trainer on collected data does first: torch threads, leftovers of a killed save, the data."""
+    if recipe.train.threads:
+        torch.set_num_threads(recipe.train.threads)
+    clean_stale(run_dir)
+    return ensure_dataset(recipe, progress)
 
 
 def build_model(recipe: Recipe):
@@ -119,12 +127,8 @@ def _set_trainable(model, stage: int) -> None:
 def train_sft(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None,
               evaluate_fn=None) -> dict[str, Any]:  # fmt: skip
     """Train; returns the last logged metrics (and the final evaluation's summary, if any)."""
-    run_dir = Path(run_dir)
-    cfg = recipe.train
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    clean_stale(run_dir)
-    dataset = ensure_dataset(recipe, progress)
+    run_dir, cfg = Path(run_dir), recipe.train
+    dataset = prepare_run(recipe, run_dir, progress)
 
     ckpt = latest_checkpoint(run_dir) if resume else None
     if ckpt is not None:
@@ -142,9 +146,7 @@ def train_sft(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
     sampler = EpochSampler(len(dataset), recipe.seed)
     step = 0
     if ckpt is not None:
-        state, optim_state, rng = load_trainer_state(ckpt)
-        optimizer.load_state_dict(optim_state)
-        noise.set_state(rng["noise"])
+        state = restore_trainer(ckpt, optimizer, {"noise": noise})
         sampler = EpochSampler(len(dataset), recipe.seed, **state["sampler"])
         step = state["step"]
     logger = MetricsLogger(run_dir, resume_step=step)
