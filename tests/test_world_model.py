@@ -59,9 +59,10 @@ def test_zero_noise_prediction_is_deterministic_and_the_untrained_model_copies_t
     ctx, motion, cam = _inputs(model)
     a, b = model.predict(ctx, motion, cam), model.predict(ctx, motion, cam)
     assert a.dtype == np.uint8 and a.shape == (3, 1, 16, 32, 3) and np.array_equal(a, b)
-    fresh = WorldModel(WorldModelConfig(**TINY))  # zero-initialised head: "nothing moves"
     last = ((ctx[:, -3:] + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
-    assert np.array_equal(fresh.predict(ctx, motion, cam)[:, 0], last)
+    for extra in ({}, {"patch": 2, "mask": True}):  # a zero-initialised head: "nothing moves"
+        fresh = WorldModel(WorldModelConfig(**(TINY | extra)))
+        assert np.array_equal(fresh.predict(ctx, motion, cam)[:, 0], last)
 
 
 def test_save_load_round_trip_gives_identical_predictions(tmp_path):

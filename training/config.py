@@ -167,6 +167,7 @@ class WorldSection(_Section):
     context: int = Field(2, ge=1)  # past decisions it sees
     channels: list[int] = Field(default_factory=lambda: [32, 64, 128])  # U-Net width per level
     patch: int = Field(2, ge=1)  # the U-Net works on patch x patch pixel blocks
+    mask: bool = True  # a per-pixel compositing mask gates the predicted change
     flow_steps: int = Field(4, ge=1)
     val_fraction: float = Field(0.1, gt=0, lt=1)  # scenarios held out (by id) for the evaluation
     horizons: int = Field(4, ge=1)  # decisions predicted autoregressively in the evaluation

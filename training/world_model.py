@@ -47,7 +47,8 @@ def build_world_model(recipe: Recipe, data: FrameSequences, card: dict[str, Any]
     w_cfg = recipe.world
     return WorldModel(WorldModelConfig(image_size=(h, w), rig=card["rig"], cameras=cams, frames=frames,
                                        decision_every=data.decision_every, context=w_cfg.context,
-                                       channels=tuple(w_cfg.channels), patch=w_cfg.patch, flow_steps=w_cfg.flow_steps,
+                                       channels=tuple(w_cfg.channels), patch=w_cfg.patch, mask=w_cfg.mask,
+                                       flow_steps=w_cfg.flow_steps,
                                        change_scale=1.0 / max(data.change_std(), 1e-3)))  # fmt: skip
 
 

@@ -7,10 +7,11 @@ a one-hot id, so a rig of four is a batch of four.
 
 What the flow generates is the *change* from the last context frame (pixels in [-1, 1], scaled to unit
 spread): copying the last frame is the zero of the output, so the model only has to learn what moves.
-A small U-Net with FiLM conditioning (flow time, motion, camera) estimates the clean change x_hat, and
-the velocity follows as v = (x_hat - x_t) / (1 - t): a small network need not pass the noise through
-itself, as a velocity network must. Time runs as in the VLA's flow (t = 0 noise, t = 1 data,
-x_t = t x + (1 - t) eps).
+A small U-Net with FiLM conditioning (flow time, motion, camera) estimates the clean change x_hat
+(optionally gated by a per-pixel compositing mask, as in masked video-prediction models, so still
+pixels can stay still), and the velocity follows as v = (x_hat - x_t) / (1 - t): a small network
+need not pass the noise through itself, as a velocity network must. Time runs as in the VLA's flow
+(t = 0 noise, t = 1 data, x_t = t x + (1 - t) eps).
 
 Sampling: Euler steps from noise (``noise_scale`` 0 starts at the prior's mean and gives the
 deterministic, PSNR-friendly prediction), or every step turned into the Flow-GRPO SDE so that each
@@ -44,6 +45,7 @@ class WorldModelConfig:
     context: int = 2  # past decisions it sees
     channels: tuple[int, ...] = (24, 48, 96, 96)  # U-Net width per level (each level halves H and W)
     patch: int = 1  # 2: the U-Net works on 2 x 2 pixel patches (pixel unshuffle), ~3x cheaper
+    mask: bool = False  # a per-pixel compositing mask gates the change (0: keep the last frame's pixel)
     cond_dim: int = 128
     fourier: int = 16
     flow_steps: int = 8
@@ -89,14 +91,14 @@ class FrameUNet(nn.Module):
     def __init__(self, c: WorldModelConfig) -> None:
         super().__init__()
         out_ch = 3 * c.frames * c.patch**2
-        self.patch = c.patch
+        self.patch, self.mask = c.patch, c.mask
         self.stem = nn.Conv2d(out_ch * (c.context + 1), c.channels[0], 3, padding=1)
         self.down = nn.ModuleList(FiLMBlock(ch, ch, c.cond_dim) for ch in c.channels)
         self.pool = nn.ModuleList(nn.Conv2d(a, b, 3, stride=2, padding=1) for a, b in zip(c.channels, c.channels[1:]))
         self.mid = FiLMBlock(c.channels[-1], c.channels[-1], c.cond_dim)
         self.up = nn.ModuleList(nn.Conv2d(b, a, 3, padding=1) for a, b in zip(c.channels, c.channels[1:]))
         self.merge = nn.ModuleList(FiLMBlock(2 * ch, ch, c.cond_dim) for ch in c.channels[:-1])
-        self.head = nn.Conv2d(c.channels[0], out_ch, 3, padding=1)
+        self.head = nn.Conv2d(c.channels[0], out_ch + (out_ch // 3 if c.mask else 0), 3, padding=1)
         nn.init.zeros_(self.head.weight)  # starts as "nothing moves": the copy-last-frame prediction
         nn.init.zeros_(self.head.bias)
 
@@ -112,7 +114,11 @@ class FrameUNet(nn.Module):
         for i in reversed(range(len(self.up))):
             h = self.up[i](F.interpolate(h, scale_factor=2.0, mode="nearest"))
             h = self.merge[i](torch.cat([h, skips[i]], 1), cond)
-        return F.pixel_shuffle(self.head(h), self.patch)
+        out = F.pixel_shuffle(self.head(h), self.patch)
+        if not self.mask:
+            return out
+        change, gate = out.split([out.shape[1] * 3 // 4, out.shape[1] // 4], 1)  # 3 colours + 1 gate per frame
+        return change * torch.sigmoid(gate).repeat_interleave(3, 1)
 
 
 class WorldModel(nn.Module):
