@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -42,7 +42,7 @@ class EvalConfig(BaseModel):
     extra_metrics: list[str] = Field(default_factory=list)
     consistency: bool = True  # score the agent's reasoning against what it did (rules critic)
     retries: int = Field(1, ge=0, description="re-runs of an episode whose worker crashed")
-    backend: str = Field("embedded", description="embedded, or worldmodel (cameras from a learned model)")
+    backend: Literal["embedded", "worldmodel"] = "embedded"  # worldmodel: the cameras from a learned model
     world_model: str | None = Field(None, description="a saved world model, for backend = worldmodel")
     world_model_noise: float = Field(0.0, ge=0, description="its starting-noise scale (0: deterministic frames)")
 
@@ -51,13 +51,6 @@ class EvalConfig(BaseModel):
     def _split(cls, v: str | None) -> str | None:
         if v not in (None, "train", "val", "test"):
             raise ValueError(f"split must be train, val or test, got {v!r}")
-        return v
-
-    @field_validator("backend")
-    @classmethod
-    def _backend(cls, v: str) -> str:
-        if v not in ("embedded", "worldmodel"):
-            raise ValueError(f"backend must be 'embedded' or 'worldmodel', got {v!r}")
         return v
 
     @field_validator("leaderboard_version")

@@ -46,15 +46,16 @@ def ssim(predicted: np.ndarray, true: np.ndarray) -> np.ndarray:
     out = np.empty(len(p), np.float64)
     for i in range(len(p)):
         x, y = p[i], t[i]
-
-        def blur(a: np.ndarray) -> np.ndarray:
-            return cv2.GaussianBlur(a, (11, 11), 1.5)
-
-        mx, my = blur(x), blur(y)
-        vx, vy, cxy = blur(x * x) - mx * mx, blur(y * y) - my * my, blur(x * y) - mx * my
+        mx, my = _window_mean(x), _window_mean(y)
+        vx, vy, cxy = _window_mean(x * x) - mx * mx, _window_mean(y * y) - my * my, _window_mean(x * y) - mx * my
         s = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
         out[i] = s.mean()
     return out
+
+
+def _window_mean(a: np.ndarray) -> np.ndarray:
+    """SSIM's local mean: an 11 x 11 Gaussian window, sigma 1.5."""
+    return cv2.GaussianBlur(a, (11, 11), 1.5)
 
 
 def resolve_frame_reward(spec: str) -> FrameReward:
