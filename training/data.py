@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import zarr
 from tqdm import tqdm
 
+from envs.sensors.resize import resize_frames
 from training.labels import ConsistencyFilter, label_meta_actions, make_teacher
 
 FORMAT = "loopdrive-driving-data/2"  # 2: the target's yaw is the direction of motion
@@ -98,15 +98,6 @@ def future_in_ego_frame(track: Sequence[Any], k: int) -> np.ndarray | None:
     dx, dy = xy[1 : 1 + HORIZON, 0] - e.x, xy[1 : 1 + HORIZON, 1] - e.y
     yaw = np.unwrap(heading[1 : 1 + HORIZON] - e.yaw)
     return np.stack([c * dx + s * dy, -s * dx + c * dy, yaw], 1).astype(np.float32)
-
-
-def _resize_cameras(cams: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    h, w = size
-    if cams.shape[-3:-1] == (h, w):
-        return cams.copy()
-    flat = cams.reshape(-1, *cams.shape[-3:])
-    out = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in flat])
-    return out.reshape(*cams.shape[:-3], h, w, 3)
 
 
 class _Writer:
@@ -260,7 +251,7 @@ def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats,
         stats.causes.update(causes)
         stats.commands[int(o["command"])] += 1
         samples.append({
-            "cameras": _resize_cameras(o["cameras"], tuple(cfg.image_size)), "ego_history": o["ego_history"],
+            "cameras": resize_frames(o["cameras"], tuple(cfg.image_size)), "ego_history": o["ego_history"],
             "ego_state": o["ego_state"], "route": o["route"], "command": int(o["command"]), "target": target,
             "speed0": speed0, "episode": index, "t": d["k"] * 0.1, "consistency": score, "perturbed": perturbed,
             "scenario": sid, "reasoning": reasoning, "agent_reasoning": d["reasoning"],

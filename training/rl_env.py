@@ -19,12 +19,12 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import cv2
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from envs.gym_env import LoopDriveEnv
+from envs.sensors.resize import resize_frames
 
 Task = tuple[str, int]  # (scenario id, reset seed)
 
@@ -105,6 +105,4 @@ class RLDriveEnv(gym.Wrapper):
         cams = obs["cameras"]
         if cams.shape[2:4] == (h, w):
             return obs
-        flat = cams.reshape(-1, *cams.shape[-3:])
-        small = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in flat])
-        return {**obs, "cameras": small.reshape(*cams.shape[:2], h, w, 3)}
+        return {**obs, "cameras": resize_frames(cams, (h, w))}

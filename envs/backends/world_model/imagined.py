@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from envs.backends.world_model.model import WorldModel
+from envs.sensors.resize import resize_frames
 
 
 def decision_motion(xy: np.ndarray, speed: float) -> np.ndarray:
@@ -38,16 +39,6 @@ def motion_from_track(track: Sequence[Any], k: int, steps: int) -> np.ndarray:
     dx = np.array([a.x - e.x for a in after])
     dy = np.array([a.y - e.y for a in after])
     return decision_motion(np.stack([c * dx + s * dy, -s * dx + c * dy], 1), float(e.speed))
-
-
-def resize_frames(frames: np.ndarray, size: tuple[int, int], interpolation: int) -> np.ndarray:
-    """Resize ``[..., H, W, 3]`` uint8 frames to ``size`` (H, W)."""
-    h, w = size
-    if frames.shape[-3:-1] == (h, w):
-        return frames.copy()
-    flat = frames.reshape(-1, *frames.shape[-3:])
-    out = np.stack([cv2.resize(f, (w, h), interpolation=interpolation) for f in flat])
-    return out.reshape(*frames.shape[:-3], h, w, 3)
 
 
 class ImaginedCameras:
@@ -80,7 +71,7 @@ class ImaginedCameras:
 
     def observe(self, real: np.ndarray) -> None:
         """A real decision's frames join the context (warm-up decisions)."""
-        self.context.append(resize_frames(real, self.model.config.image_size, cv2.INTER_AREA))
+        self.context.append(resize_frames(real, self.model.config.image_size))
 
     @torch.no_grad()
     def imagine(self, motion: np.ndarray) -> np.ndarray:
