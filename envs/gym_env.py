@@ -29,24 +29,18 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
+from envs import interface
 from envs import observations as obs_mod
-from envs.controller import PLAN_STEPS, TrajectoryController
+from envs.controller import TrajectoryController
+from envs.interface import DEFAULT_OBSERVATIONS, InvalidActionError
 from envs.sensors import BEVRenderer, CameraRenderer, make_rig
-from envs.world import ACCEL_LIMITS, DT, MAX_STEER, World, compile_scenario
-from rewards import DEFAULT_REWARDS, EgoState, EpisodeLog, RewardComposer, Transition, compute_suites
-from scenarios import Scenario, load_bank
+from envs.sensors.video import camera_grid, status_bar
+from envs.world import DT, World, compile_scenario
+from rewards import DEFAULT_REWARDS, EgoState, EpisodeLog, RewardComposer, Transition
+from scenarios import Scenario
 
-ALL_OBSERVATIONS = ("cameras", "ego_history", "ego_state", "route", "command", "bev", "state")
-DEFAULT_OBSERVATIONS = ("cameras", "ego_history", "ego_state", "route", "command")
-BACKENDS = ("embedded", "worldmodel")
-TRAJ_LOW = np.tile(np.array([-50.0, -100.0, -math.pi], np.float32), (PLAN_STEPS, 1))
-TRAJ_HIGH = np.tile(np.array([300.0, 100.0, math.pi], np.float32), (PLAN_STEPS, 1))
-
-
-class InvalidActionError(ValueError):
-    pass
+BACKENDS = ("embedded", "worldmodel", "carla")
 
 
 class LoopDriveEnv(gym.Env):
@@ -75,38 +69,17 @@ class LoopDriveEnv(gym.Env):
         world_model_noise: float = 0.0,
         world_model_warmup: int = 0,
     ) -> None:
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; available here: {list(BACKENDS)}")
-        if action_mode not in ("trajectory", "control"):
-            raise ValueError(f"action_mode must be 'trajectory' or 'control', got {action_mode!r}")
-        if invalid_action not in ("raise", "terminate"):
-            raise ValueError(f"invalid_action must be 'raise' or 'terminate', got {invalid_action!r}")
-        unknown = [o for o in observations if o not in ALL_OBSERVATIONS]
-        if unknown or not observations:
-            raise ValueError(f"unknown observations {unknown}; choose from {list(ALL_OBSERVATIONS)}")
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        if n_frames < 1:
-            raise ValueError(f"n_frames must be >= 1, got {n_frames}")
+        if backend not in BACKENDS[:2]:
+            hint = " (make it with envs.make_env or gym.make('LoopDrive-v0', backend='carla'))" * (backend == "carla")
+            raise ValueError(f"unknown backend {backend!r} for LoopDriveEnv; available: {list(BACKENDS[:2])}{hint}")
+        interface.check_options(action_mode, invalid_action, observations, render_mode, n_frames)
         if backend == "worldmodel" and (world_model is None or "cameras" not in observations):
             raise ValueError("backend='worldmodel' needs world_model=PATH (a saved world model) and the 'cameras' "
                              "observation")  # fmt: skip
 
-        if isinstance(scenario, Scenario):
-            self.scenarios = [scenario]
-            self.bank_name, self.bank_version = "custom", "0"
-        else:
-            loaded = load_bank(bank, split=split)
-            self.bank_name, self.bank_version = loaded.name, loaded.version
-            self.scenarios = [loaded.get(scenario)] if scenario is not None else loaded.scenarios
-            if not self.scenarios:
-                raise ValueError(f"bank {bank!r} has no scenarios in split {split!r}")
+        self.scenarios, self.bank_name, self.bank_version = interface.load_scenarios(bank, scenario, split)
         self.action_mode = action_mode
-        self.decision_every = int(
-            decision_every if decision_every is not None else (5 if action_mode == "trajectory" else 1)
-        )
-        if self.decision_every < 1:
-            raise ValueError(f"decision_every must be >= 1, got {decision_every}")
+        self.decision_every = interface.decision_period(decision_every, action_mode)
         self.observation_keys = tuple(observations)
         self.invalid_action = invalid_action
         self.terminate_on_collision = terminate_on_collision
@@ -123,26 +96,8 @@ class LoopDriveEnv(gym.Env):
         self.controller = TrajectoryController()
         self.history = obs_mod.EgoHistory()
 
-        space: dict[str, spaces.Space] = {}
-        if "cameras" in observations:
-            space["cameras"] = spaces.Box(0, 255, (len(self.rig), n_frames, h, w, 3), np.uint8)
-        if "ego_history" in observations:
-            space["ego_history"] = spaces.Box(-np.inf, np.inf, (obs_mod.HISTORY_STEPS, 4), np.float32)
-        if "ego_state" in observations:
-            space["ego_state"] = spaces.Box(-np.inf, np.inf, (obs_mod.EGO_STATE_DIM,), np.float32)
-        if "route" in observations:
-            space["route"] = spaces.Box(-np.inf, np.inf, (obs_mod.ROUTE_POINTS, 2), np.float32)
-        if "command" in observations:
-            space["command"] = spaces.Discrete(len(obs_mod.COMMANDS))
-        if "bev" in observations:
-            space["bev"] = spaces.Box(0, 255, (bev_size, bev_size, 3), np.uint8)
-        if "state" in observations:
-            space["state"] = spaces.Box(-np.inf, np.inf, (obs_mod.STATE_DIM,), np.float32)
-        self.observation_space = spaces.Dict(space)
-        if action_mode == "trajectory":
-            self.action_space = spaces.Box(TRAJ_LOW, TRAJ_HIGH, dtype=np.float32)
-        else:
-            self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.observation_space = interface.observation_space(observations, len(self.rig), n_frames, (h, w), bev_size)
+        self.action_space = interface.action_space(action_mode)
 
         self.world: World | None = None
         self.step_hooks: list[Callable[[LoopDriveEnv], None]] = []
@@ -163,7 +118,7 @@ class LoopDriveEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         options = options or {}
-        scn = self._pick_scenario(options.get("scenario"))
+        scn = interface.pick_scenario(self.scenarios, options.get("scenario"), self.np_random, self.bank_name)
         world_seed = int(self.np_random.integers(2**31 - 1))
         compiled = compile_scenario(scn)
         if self.world is not None and self.world.c is compiled:
@@ -229,23 +184,13 @@ class LoopDriveEnv(gym.Env):
             self.imagined.set_state(snap["imagined"])
         return self._observe(), self._info([], {})
 
-    def _pick_scenario(self, choice: str | int | None) -> Scenario:
-        if choice is None:
-            return self.scenarios[int(self.np_random.integers(len(self.scenarios)))]
-        if isinstance(choice, (int, np.integer)):
-            return self.scenarios[int(choice) % len(self.scenarios)]
-        for s in self.scenarios:
-            if s.id == choice:
-                return s
-        raise KeyError(f"scenario {choice!r} is not in this environment's bank {self.bank_name!r}")
-
     def step(self, action):
         if self.world is None:
             raise RuntimeError("call reset() before step()")
         if self._done:
             raise RuntimeError("the episode has ended; call reset()")
         try:
-            control = self._check_action(action)
+            control = interface.check_action(action, self.action_space, self.action_mode)
         except InvalidActionError as e:
             if self.invalid_action == "raise":
                 raise
@@ -301,7 +246,7 @@ class LoopDriveEnv(gym.Env):
                 self.render_seconds += time.perf_counter() - t0
             for hook in self.step_hooks:
                 hook(self)
-            terminated = self._terminal(new_events)
+            terminated = interface.is_terminal(new_events, self.terminate_on_collision)
             truncated = w.t >= self.scenario.duration_s - 1e-9
             if terminated or truncated:
                 break
@@ -322,30 +267,6 @@ class LoopDriveEnv(gym.Env):
             self._done = True
             info["metrics"] = self.episode_metrics()
         return self._observe(), float(reward), terminated, truncated, info
-
-    def _check_action(self, action) -> tuple[float, float] | None:
-        a = np.asarray(action)
-        if a.dtype.kind != "f":
-            a = a.astype(np.float64)
-        expected = self.action_space.shape
-        if a.shape != expected:
-            raise InvalidActionError(f"{self.action_mode} action must have shape {expected}, got {a.shape}")
-        if not np.isfinite(a).all():
-            bad = np.argwhere(~np.isfinite(a))[:3].tolist()
-            raise InvalidActionError(f"{self.action_mode} action has non-finite values at {bad}")
-        if self.action_mode == "trajectory":
-            return None
-        u_acc, u_steer = float(np.clip(a[0], -1, 1)), float(np.clip(a[1], -1, 1))
-        accel = u_acc * (ACCEL_LIMITS[1] if u_acc > 0 else -ACCEL_LIMITS[0])
-        return accel, u_steer * MAX_STEER
-
-    def _terminal(self, events: list[dict[str, Any]]) -> bool:
-        for e in events:
-            if e["type"] in ("route_complete", "route_deviation"):
-                return True
-            if e["type"] == "collision" and e["at_fault"] and self.terminate_on_collision:
-                return True
-        return False
 
     # --- observation and info ------------------------------------------------------------------------------------
     def _ego_record(self) -> EgoState:
@@ -391,21 +312,8 @@ class LoopDriveEnv(gym.Env):
 
     def episode_metrics(self) -> dict[str, Any]:
         """Summary of the episode so far: world statistics, infractions, every metric suite."""
-        w = self.world
-        log = self.episode_log()
-        counts: dict[str, int] = {}
-        for e in log.events:
-            counts[e["type"]] = counts.get(e["type"], 0) + 1
-        suites = compute_suites(log, self.leaderboard_version)
-        return {
-            **w.stats(),
-            "events": counts,
-            "infractions": log.infractions(),
-            "at_fault_collisions": sum(1 for e in log.events if e["type"] == "collision" and e["at_fault"]),
-            "suites": suites,
-            "leaderboard": suites["leaderboard"],
-            "reward_returns": dict(self._returns),
-        }
+        return interface.summarise_episode(self.episode_log(), self.world.stats(), self._returns,
+                                           self.leaderboard_version)  # fmt: skip
 
     def _default_reference(self) -> Callable[[World], np.ndarray]:
         from envs.driver import RouteFollower
@@ -419,6 +327,10 @@ class LoopDriveEnv(gym.Env):
             return None
         return compose_frame(self.world, self.cameras, self.bev, self._frames)
 
+    def video_frame(self, caption: str | None = None) -> np.ndarray:
+        """This 0.1 s step as a video frame (cameras freshly rendered, BEV, status, the caption)."""
+        return compose_frame(self.world, self.cameras, self.bev, None, caption=caption)
+
 
 def compose_frame(
     world: World,
@@ -431,32 +343,12 @@ def compose_frame(
     import cv2
 
     tiles = frames[:, -1] if frames is not None else cameras.render(world)
-    n, h, w, _ = tiles.shape
-    cols = min(n, 2) if n > 1 else 1
-    rows = int(math.ceil(n / cols))
-    grid = np.zeros((rows * h, cols * w, 3), np.uint8)
-    for i in range(n):
-        r, c = divmod(i, cols)
-        grid[r * h : (r + 1) * h, c * w : (c + 1) * w] = tiles[i]
-        cv2.putText(
-            grid,
-            cameras.cameras[i].name,
-            (c * w + 4, r * h + 12),
-            cv2.FONT_HERSHEY_SIMPLEX,
-            0.35,
-            (255, 255, 255),
-            1,
-            cv2.LINE_AA,
-        )
-    side = cv2.resize(bev.render(world), (rows * h, rows * h), interpolation=cv2.INTER_NEAREST)
+    grid = camera_grid(tiles, [c.name for c in cameras.cameras])
+    side = cv2.resize(bev.render(world), (grid.shape[0], grid.shape[0]), interpolation=cv2.INTER_NEAREST)
     frame = np.concatenate([grid, side], 1)
-    bar = np.full((34, frame.shape[1], 3), 20, np.uint8)
     st = world.state
     status = (
         f"{world.scenario.id}  t={st.t:5.1f}s  v={st.speed[0] * 3.6:5.1f} km/h  "
         f"route {100 * world.route_completion:5.1f}%"
     )
-    cv2.putText(bar, status, (6, 13), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (255, 255, 255), 1, cv2.LINE_AA)
-    if caption:
-        cv2.putText(bar, caption[:140], (6, 28), cv2.FONT_HERSHEY_SIMPLEX, 0.35, (255, 220, 120), 1, cv2.LINE_AA)
-    return np.concatenate([frame, bar], 0)
+    return np.concatenate([frame, status_bar(frame.shape[1], status, caption)], 0)

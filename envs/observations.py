@@ -48,15 +48,26 @@ class EgoHistory:
         self.buf[-1] = st.x[0], st.y[0], st.yaw[0], v
         self.k = 0
 
+    def fill(self, x: float, y: float, yaw: float, speed: float) -> None:
+        """Warm start where no route history exists (a CARLA spawn): the ego stood here."""
+        self.buf[:] = x, y, yaw, speed
+        self.k = 0
+
     def push(self, world: World) -> None:
         st = world.state
-        self.buf[self.k] = st.x[0], st.y[0], st.yaw[0], st.speed[0]
+        self.push_pose(st.x[0], st.y[0], st.yaw[0], st.speed[0])
+
+    def push_pose(self, x: float, y: float, yaw: float, speed: float) -> None:
+        self.buf[self.k] = x, y, yaw, speed
         self.k = (self.k + 1) % HISTORY_STEPS
 
     def observe(self, world: World) -> np.ndarray:
         st = world.state
+        return self.observe_from(float(st.x[0]), float(st.y[0]), float(st.yaw[0]))
+
+    def observe_from(self, x: float, y: float, yaw: float) -> np.ndarray:
+        """The ring, oldest first, in the ego frame at pose (x, y, yaw)."""
         h = np.roll(self.buf, -self.k, axis=0)  # oldest first, newest (now) last
-        x, y, yaw = float(st.x[0]), float(st.y[0]), float(st.yaw[0])
         out = np.empty((HISTORY_STEPS, 4), np.float32)
         out[:, :2] = to_ego(h[:, :2], x, y, yaw)
         out[:, 2] = geo.wrap_angle(h[:, 2] - yaw)
@@ -85,6 +96,15 @@ def route_command(world: World, horizon: float = 60.0) -> int:
         turn = geo.wrap_angle(lane.heading[-1] - lane.heading[0])
         return COMMANDS.index("left" if turn > 0.5 else "right" if turn < -0.5 else "straight")
     return COMMANDS.index("follow")
+
+
+def route_command_from_geometry(route_xy: np.ndarray, route_s: np.ndarray, s_now: float,
+                                horizon: float = 60.0) -> int:  # fmt: skip
+    """The command where the map has no junction lanes to read (CARLA routes): the route's net heading
+    change over the next ``horizon`` m, left or right past 0.5 rad (as a junction turn), else follow."""
+    _, (h0, h1) = geo.interpolate(route_xy, route_s, np.array([s_now + 2.0, s_now + horizon]))
+    turn = float(geo.wrap_angle(h1 - h0))
+    return COMMANDS.index("left" if turn > 0.5 else "right" if turn < -0.5 else "follow")
 
 
 def ego_state(world: World) -> np.ndarray:

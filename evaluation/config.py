@@ -42,9 +42,12 @@ class EvalConfig(BaseModel):
     extra_metrics: list[str] = Field(default_factory=list)
     consistency: bool = True  # score the agent's reasoning against what it did (rules critic)
     retries: int = Field(1, ge=0, description="re-runs of an episode whose worker crashed")
-    backend: Literal["embedded", "worldmodel"] = "embedded"  # worldmodel: the cameras from a learned model
+    backend: Literal["embedded", "worldmodel", "carla"] = "embedded"  # worldmodel: cameras from a learned model
     world_model: str | None = Field(None, description="a saved world model, for backend = worldmodel")
     world_model_noise: float = Field(0.0, ge=0, description="its starting-noise scale (0: deterministic frames)")
+    carla_host: str = Field("localhost", description="the CARLA server, for backend = carla")
+    carla_port: int = Field(2000, ge=1, le=65535)
+    carla_container: str | None = Field(None, description="docker container to restart when the server hangs")
 
     @field_validator("split")
     @classmethod

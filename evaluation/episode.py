@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from envs import InvalidActionError, LoopDriveEnv, compose_frame
-from envs.gym_env import DEFAULT_OBSERVATIONS
+from envs import InvalidActionError, LoopDriveEnv, World, make_env
+from envs.interface import DEFAULT_OBSERVATIONS
 from envs.sensors import VideoRecorder
 from evaluation.config import EvalConfig
 from rewards.consistency import consistency_score
@@ -70,6 +70,9 @@ class EpisodeRunner:
         self.config = config
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.agent = (agent_factory or (lambda: load_agent(config.agent)))()
+        if config.backend == "carla" and getattr(self.agent, "privileged", False):
+            raise ValueError(f"agent {config.agent!r} is privileged (it reads the embedded world's state) and cannot "
+                             "drive on CARLA; evaluate a learned agent or a baseline there")  # fmt: skip
         self.envs: dict[str, LoopDriveEnv] = {}
 
     def env(self, rig: str) -> LoopDriveEnv:
@@ -78,11 +81,15 @@ class EpisodeRunner:
             wanted = tuple(getattr(self.agent, "observations", None) or DEFAULT_OBSERVATIONS)
             if c.backend == "worldmodel" and "cameras" not in wanted:  # the backend is a camera model
                 wanted += ("cameras",)
-            self.envs[rig] = LoopDriveEnv(
+            if c.backend == "carla":
+                backend_args = {"carla_host": c.carla_host, "carla_port": c.carla_port,
+                                "carla_container": c.carla_container}  # fmt: skip
+            else:
+                backend_args = {"world_model": c.world_model, "world_model_noise": c.world_model_noise}
+            self.envs[rig] = make_env(
                 bank=c.bank, split=c.split, rig=rig, observations=tuple(wanted), decision_every=c.decision_every,
                 n_frames=c.n_frames, camera_size=tuple(c.camera_size), leaderboard_version=c.leaderboard_version,
-                render_mode="rgb_array" if c.video else None, backend=c.backend, world_model=c.world_model,
-                world_model_noise=c.world_model_noise,
+                render_mode="rgb_array" if c.video else None, backend=c.backend, **backend_args,
             )  # fmt: skip
         return self.envs[rig]
 
@@ -164,7 +171,7 @@ class EpisodeRunner:
                 text = getattr(out, "reasoning", None)
                 caption[0] = text
                 if text:
-                    if self.config.consistency:
+                    if self.config.consistency and isinstance(world, World):  # (the critic reads the scene)
                         consistency.append(self._consistency(world, text, out.trajectory))
                     if len(reasoning) < MAX_REASONING_SAMPLES and all(r["text"] != text for r in reasoning):
                         reasoning.append({"t": round(world.t, 2), "text": text})
@@ -222,7 +229,7 @@ class EpisodeRunner:
 
 def _record(env: LoopDriveEnv, recorder: VideoRecorder, caption: str | None, timing: dict[str, float]) -> None:
     t = time.perf_counter()
-    recorder.add(compose_frame(env.world, env.cameras, env.bev, None, caption=caption))
+    recorder.add(env.video_frame(caption))
     timing["video"] += time.perf_counter() - t
 
 

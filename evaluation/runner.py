@@ -111,7 +111,9 @@ def _execute(todo: list[Task], config: EvalConfig, out: Path,
             rec = runner.run(task)
             if rec["status"] != "infra_error" or attempt == config.retries:
                 break
-            runner.envs.pop(task.rig, None)  # rebuild the environment before the retry
+            stale = runner.envs.pop(task.rig, None)  # rebuild the environment before the retry
+            if stale is not None:
+                stale.close()
         rec["attempts"] = attempt + 1
         yield rec
 

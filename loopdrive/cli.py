@@ -107,7 +107,8 @@ def _eval(args: argparse.Namespace) -> int:
         args.config, bank=args.bank, split=args.split, agent=args.agent, seeds=args.seeds, workers=args.workers,
         ray_address=args.ray_address, rigs=args.rig.split(",") if args.rig else None, video=args.video or None,
         scenarios=args.scenarios.split(",") if args.scenarios else None, episode_timeout_s=args.episode_timeout,
-        backend=args.backend, world_model=args.world_model,
+        backend=args.backend, world_model=args.world_model, carla_host=args.carla_host, carla_port=args.carla_port,
+        carla_container=args.carla_container,
     )  # fmt: skip
     out = Path(args.out)
     summary = evaluate(config, out)
@@ -227,8 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--scenarios", help="comma-separated subset of scenario ids")
     ev.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")
     ev.add_argument("--video", action="store_true", help="an mp4 per episode (cameras, BEV, reasoning)")
-    ev.add_argument("--backend", choices=["embedded", "worldmodel"], help="worldmodel: cameras from a learned model")
+    ev.add_argument("--backend", choices=["embedded", "worldmodel", "carla"],
+                    help="worldmodel: cameras from a learned model; carla: a CARLA server")  # fmt: skip
     ev.add_argument("--world-model", help="a saved world model (RUN/checkpoints/final), for --backend worldmodel")
+    ev.add_argument("--carla-host", help="the CARLA server's host, for --backend carla (default localhost)")
+    ev.add_argument("--carla-port", type=int, help="its RPC port (default 2000)")
+    ev.add_argument("--carla-container", help="a docker container to restart when the server stops answering")
     ev.add_argument("--config", help="eval TOML file; flags override it")
     ev.set_defaults(fn=_eval)
 

@@ -34,3 +34,28 @@ def test_a_session_drives_a_planned_route_and_leaves_no_actors(smoke):
         session.close()
     assert {a.id for a in session.world.get_actors()} <= before  # nothing left behind
     assert hasattr(carla, "Client")
+
+
+def test_loopdrive_v0_drives_an_episode_on_carla_and_cleans_up():
+    pytest.importorskip("carla", reason="the CARLA client is not installed (pip install '.[carla]')")
+    import gymnasium as gym
+
+    from tests.carla_fake import follow_route
+
+    port = int(os.environ.get("LOOPDRIVE_CARLA_PORT", 2000))
+    env = gym.make("LoopDrive-v0", backend="carla", bank="smoke", scenario="straight-000", carla_host=HOST,
+                   carla_port=port, camera_size=(64, 128)).unwrapped  # fmt: skip
+    try:
+        obs, _ = env.reset(seed=0)
+        assert env.observation_space.contains(obs)
+        for _ in range(20):
+            obs, _, terminated, truncated, _ = env.step(follow_route(obs, 8.0))
+            if terminated or truncated:
+                break
+        assert env.world.route_progress > 20.0  # 10 s of driving along the planned route
+        assert "leaderboard" in env.episode_metrics()
+        before = {a.id for a in env.session.world.get_actors()} - {a.id for a in env.session.actors}
+    finally:
+        world = env.session.world
+        env.close()
+    assert {a.id for a in world.get_actors()} <= before

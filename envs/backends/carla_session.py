@@ -4,8 +4,10 @@ It connects with a time-out, loads the scenario's town and weather, runs the ser
 at 20 Hz (``fixed_delta_seconds = 0.05``) with the Traffic Manager synchronous and seeded, builds
 the road graph from the map's topology for our own route planner, spawns the ego with the rig's
 cameras (mounted through :func:`carla_frames.camera_mount`) plus collision and lane-invasion
-sensors, and spawns the traffic on autopilot. ``tick(accel, steer)`` applies a control, advances
-one server frame and returns the frame's camera images and events, matched by frame id. ``close``
+sensors, and spawns the traffic on autopilot. ``tick(throttle, brake, steer)`` applies a control,
+advances one server frame and returns a :class:`FrameData`: the frame's camera images (matched by
+frame id), the sensors' events, the ego, the driving lane under it, the traffic light governing it
+and the actors within 60 m, all in our frame (``CarlaEpisode`` turns these into our events). ``close``
 destroys every actor it spawned and gives the server back in asynchronous mode, so nothing leaks
 between episodes. Connection failures surface as ``RuntimeError`` for
 :func:`carla_connection.run_with_retries`.
@@ -13,19 +15,21 @@ between episodes. Connection failures surface as ``RuntimeError`` for
 
 from __future__ import annotations
 
+import math
 import queue
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from envs.backends.carla_frames import camera_mount, from_carla_pose, from_carla_xy, to_carla_pose
+from envs.backends.carla_episode import FrameData, TrafficLight
+from envs.backends.carla_frames import camera_mount, from_carla_pose, from_carla_xy, from_carla_yaw_deg, to_carla_pose
 from envs.backends.carla_routes import NoRouteError, RoadGraph
 from envs.backends.carla_scenarios import CarlaSetup
 
 FRAME_DT = 0.05  # s: the server's fixed step (20 Hz)
 EGO_BLUEPRINT = "vehicle.lincoln.mkz_2020"
 TOPOLOGY_STEP_M = 2.0
+NEARBY_M = 60.0  # actors within this range are reported (for time-to-collision)
 
 
 def _carla():
@@ -34,14 +38,6 @@ def _carla():
     except ImportError as e:  # pragma: no cover - depends on the optional extra
         raise ImportError("the CARLA backend needs the client: pip install 'loopdrive[carla]' (carla==0.9.16)") from e
     return carla
-
-
-@dataclass
-class FrameData:
-    frame: int
-    images: dict[str, np.ndarray] = field(default_factory=dict)  # camera name -> [H, W, 3] uint8 RGB
-    events: list[dict[str, Any]] = field(default_factory=list)
-    ego: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # x, y, yaw (ours), speed m/s
 
 
 class CarlaSession:
@@ -53,6 +49,9 @@ class CarlaSession:
         self.queues: dict[str, queue.Queue] = {}
         self.events: queue.Queue = queue.Queue()
         self.ego = None
+        self.walker_controllers: list[Any] = []
+        self.ego_size = (4.9, 2.1)
+        self.max_steer_rad = math.radians(70.0)
         self.graphs: dict[str, RoadGraph] = {}
         self.connect()
 
@@ -122,6 +121,9 @@ class CarlaSession:
         start = carla.Transform(carla.Location(x=x, y=y, z=0.5), carla.Rotation(yaw=yaw))
         self.ego = self.world.spawn_actor(lib.find(EGO_BLUEPRINT), start)
         self.actors.append(self.ego)
+        extent = self.ego.bounding_box.extent
+        self.ego_size = (2.0 * extent.x, 2.0 * extent.y)
+        self.max_steer_rad = math.radians(self.ego.get_physics_control().wheels[0].max_steer_angle)
         for cam in rig:
             m = camera_mount(cam)
             bp = lib.find("sensor.camera.rgb")
@@ -142,7 +144,32 @@ class CarlaSession:
             if npc is not None:
                 npc.set_autopilot(True, self.tm_port)
                 self.actors.append(npc)
+        self._spawn_walkers(setup, rng)
         self.world.tick()
+
+    def _spawn_walkers(self, setup: CarlaSetup, rng: np.random.Generator) -> None:
+        """Pedestrians on the navigation mesh, each walked by an AI controller to a random place."""
+        if setup.walkers <= 0:
+            return
+        carla = _carla()
+        lib = self.world.get_blueprint_library()
+        self.world.set_pedestrians_seed(setup.seed)
+        people = list(lib.filter("walker.pedestrian.*"))
+        controller_bp = lib.find("controller.ai.walker")
+        for _ in range(setup.walkers):
+            where = self.world.get_random_location_from_navigation()
+            walker = None if where is None else self.world.try_spawn_actor(
+                people[int(rng.integers(len(people)))], carla.Transform(where))  # fmt: skip
+            if walker is None:
+                continue
+            controller = self.world.spawn_actor(controller_bp, carla.Transform(), attach_to=walker)
+            self.actors += [walker, controller]
+            self.walker_controllers.append(controller)
+        self.world.tick()  # controllers need a tick before they take orders
+        for controller in self.walker_controllers:
+            controller.start()
+            controller.go_to_location(self.world.get_random_location_from_navigation())
+            controller.set_max_speed(float(1.0 + rng.random()))
 
     def _attach(self, name: str, sensor) -> None:
         q: queue.Queue = queue.Queue()
@@ -158,7 +185,10 @@ class CarlaSession:
         out = FrameData(frame)
         for name, q in self.queues.items():
             while True:  # frames arrive in order; drop stale ones, wait for this frame's
-                image = q.get(timeout=self.timeout_s)
+                try:
+                    image = q.get(timeout=self.timeout_s)
+                except queue.Empty:
+                    raise TimeoutError(f"camera {name!r}: no image for frame {frame} in {self.timeout_s:g} s") from None
                 if image.frame >= frame:
                     break
             bgra = np.frombuffer(image.raw_data, np.uint8).reshape(image.height, image.width, 4)
@@ -166,23 +196,54 @@ class CarlaSession:
         while not self.events.empty():
             f, kind, e = self.events.get_nowait()
             if kind == "collision":
-                out.events.append({"type": "collision", "frame": f, "other": e.other_actor.type_id})
+                other = e.other_actor
+                loc, v = other.get_location(), other.get_velocity()
+                out.events.append({"type": "collision", "frame": f, "other_id": other.id, "other_type": other.type_id,
+                                   "other_xy": tuple(from_carla_xy(np.array([loc.x, loc.y]))),
+                                   "other_speed": float(np.hypot(v.x, v.y))})  # fmt: skip
             else:
                 out.events.append({"type": "lane_invasion", "frame": f,
                                    "markings": sorted({str(m.type) for m in e.crossed_lane_markings})})  # fmt: skip
         tf, v = self.ego.get_transform(), self.ego.get_velocity()
         x, y, yaw = from_carla_pose(tf.location.x, tf.location.y, tf.rotation.yaw)
-        out.ego = (x, y, yaw, float(np.hypot(v.x, v.y)))
+        out.ego, out.ego_size = (x, y, yaw, float(np.hypot(v.x, v.y))), self.ego_size
+        out.speed_limit = float(self.ego.get_speed_limit()) / 3.6
+        lane = self.world.get_map().get_waypoint(tf.location, project_to_road=False, lane_type=carla.LaneType.Driving)
+        out.on_road = lane is not None
+        out.lane_yaw = None if lane is None else float(from_carla_yaw_deg(lane.transform.rotation.yaw))
+        if self.ego.is_at_traffic_light():
+            light = self.ego.get_traffic_light()
+            stops = [w.transform.location for w in light.get_stop_waypoints()]
+            out.light = TrafficLight(light.id, light.get_state() == carla.TrafficLightState.Red,
+                                     from_carla_xy(np.array([[p.x, p.y] for p in stops]).reshape(-1, 2)))  # fmt: skip
+        out.others = self._nearby(x, y)
         return out
+
+    def _nearby(self, x: float, y: float) -> np.ndarray:
+        """Vehicles and walkers within NEARBY_M of (x, y): [M, 6] x, y, yaw, speed, length, width (ours)."""
+        rows = []
+        for actor in self.world.get_actors():
+            if actor.id == self.ego.id or not actor.type_id.startswith(("vehicle.", "walker.")):
+                continue
+            tf = actor.get_transform()
+            ax, ay, ayaw = from_carla_pose(tf.location.x, tf.location.y, tf.rotation.yaw)
+            if math.hypot(ax - x, ay - y) > NEARBY_M:
+                continue
+            v, e = actor.get_velocity(), actor.bounding_box.extent
+            rows.append((ax, ay, ayaw, math.hypot(v.x, v.y), 2.0 * e.x, 2.0 * e.y))
+        return np.array(rows, float).reshape(-1, 6)
 
     def close(self) -> None:
         """Destroy everything this session spawned and hand the server back asynchronous."""
         carla = _carla()
         for s in self.sensors.values():
             s.stop()
+        for controller in self.walker_controllers:
+            controller.stop()
         if self.actors and self.client is not None:
             self.client.apply_batch_sync([carla.command.DestroyActor(a) for a in self.actors])
-        self.actors, self.sensors, self.queues, self.ego = [], {}, {}, None
+        self.actors, self.sensors, self.queues, self.ego, self.walker_controllers = [], {}, {}, None, []
+        self.events = queue.Queue()
         if self.world is not None:
             settings = self.world.get_settings()
             settings.synchronous_mode, settings.fixed_delta_seconds = False, None

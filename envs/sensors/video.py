@@ -1,7 +1,9 @@
-"""Episode recording to mp4 (OpenCV's bundled FFmpeg, MPEG-4 Part 2)."""
+"""Episode recording to mp4 (OpenCV's bundled FFmpeg, MPEG-4 Part 2), and the pieces of a video frame."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import cv2
@@ -39,3 +41,26 @@ class VideoRecorder:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def camera_grid(tiles: np.ndarray, names: Sequence[str]) -> np.ndarray:
+    """Camera images ``[N, H, W, 3]`` in a grid two wide, each labelled with its name."""
+    n, h, w, _ = tiles.shape
+    cols = min(n, 2) if n > 1 else 1
+    rows = int(math.ceil(n / cols))
+    grid = np.zeros((rows * h, cols * w, 3), np.uint8)
+    for i in range(n):
+        r, c = divmod(i, cols)
+        grid[r * h : (r + 1) * h, c * w : (c + 1) * w] = tiles[i]
+        cv2.putText(grid, names[i], (c * w + 4, r * h + 12), cv2.FONT_HERSHEY_SIMPLEX, 0.35, (255, 255, 255), 1,
+                    cv2.LINE_AA)  # fmt: skip
+    return grid
+
+
+def status_bar(width: int, status: str, caption: str | None = None) -> np.ndarray:
+    """A dark strip with the status line and, below it, the agent's reasoning."""
+    bar = np.full((34, width, 3), 20, np.uint8)
+    cv2.putText(bar, status, (6, 13), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (255, 255, 255), 1, cv2.LINE_AA)
+    if caption:
+        cv2.putText(bar, caption[:140], (6, 28), cv2.FONT_HERSHEY_SIMPLEX, 0.35, (255, 220, 120), 1, cv2.LINE_AA)
+    return bar

@@ -1,0 +1,236 @@
+"""An episode on CARLA as our metrics see it: the ego on its planned route, and our event log.
+
+The embedded world computes its events itself; on CARLA the server reports what happened (collision
+and lane-invasion sensors, the traffic light the ego is at, the lane under it) and
+:class:`CarlaEpisode` turns each 0.1 s of that (a :class:`FrameData`) into the same records the
+embedded world writes: ``rewards.EgoState`` for the reward terms, and events ``collision`` (with
+``actor_kind`` and ``at_fault`` by the same contact rule), ``offroad``, ``red_light`` (the ego's front
+crossing the stop line of a red light), ``wrong_way`` (sustained driving against the lane),
+``route_deviation`` and ``route_complete``, for ``rewards.compute_suites``. It needs no server.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from envs.world.collision import classify_contact
+from envs.world.kernels import ego_threat
+from envs.world.world import DT, ROUTE_DEVIATION, WRONG_WAY_DISTANCE
+from rewards import EgoState, EpisodeLog
+from scenarios import geometry as geo
+
+GOAL_MARGIN_M = 2.0  # the route counts as complete this close to its end
+CONTACT_GAP_S = 1.0  # a new collision with the same actor needs this long without contact
+STOP_LINE_ON_ROUTE_M = 4.0  # a light's stop point farther than this from the route is another lane's
+OFF_ROUTE_LATERAL_M = 5.0  # farther than this from the route centreline is outside the route's lanes
+
+
+@dataclass
+class TrafficLight:
+    id: int
+    red: bool
+    stop_xy: np.ndarray  # [K, 2] the light's stop-line points, our frame
+
+
+@dataclass
+class FrameData:
+    """One server frame as the session reads it (positions in our frame, speeds in m/s)."""
+
+    frame: int
+    images: dict[str, np.ndarray] = field(default_factory=dict)  # camera name -> [H, W, 3] uint8 RGB
+    events: list[dict[str, Any]] = field(default_factory=list)  # the sensors' collision / lane_invasion
+    ego: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # x, y, yaw, speed
+    ego_size: tuple[float, float] = (4.9, 2.1)  # length, width
+    speed_limit: float = 13.9
+    on_road: bool = True  # a driving lane lies under the ego
+    lane_yaw: float | None = None  # that lane's direction
+    light: TrafficLight | None = None  # the traffic light that governs the ego's lane, if any
+    others: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))  # [M, 6] x, y, yaw, speed, length, width
+
+
+def actor_kind(type_id: str) -> str:
+    """CARLA blueprint id -> our actor kind (cyclists are vehicles, as in the embedded world)."""
+    if type_id.startswith("walker."):
+        return "pedestrian"
+    if type_id.startswith("vehicle."):
+        return "vehicle"
+    return "static"
+
+
+class CarlaEpisode:
+    """Route bookkeeping and events for one episode; ``advance`` once per 0.1 s."""
+
+    def __init__(self, route: np.ndarray, first: FrameData) -> None:
+        route = np.asarray(route, float)
+        if route.ndim != 2 or route.shape[1] != 2 or len(route) < 2:
+            raise ValueError(f"a route must be [N >= 2, 2] points, got shape {route.shape}")
+        self.route_xy = route
+        self.route_s = geo.arc_lengths(route)
+        self.route_heading = geo.headings(route)
+        self.goal_distance = max(float(self.route_s[-1]) - GOAL_MARGIN_M, 0.0)
+        self.t = 0.0
+        self.log: list[dict[str, Any]] = []
+        self.steer = 0.0
+        self.segment = 0
+        self.stop_lines: dict[int, float] = {}  # light id -> stop line's arc length on the route
+        self.contacts: dict[int, float] = {}  # actor id -> last time in contact
+        self.frame = first
+        self.start_s, self.lateral, self.heading_error = self._project(first.ego)
+        self.route_s_now, self.progress = self.start_s, self.start_s
+        self.distance = self.distance_outside_route_lanes = self.distance_wrong_way = 0.0
+        self.wrong_way_run = 0.0
+        self.time_stopped = 0.0
+        self.offroad = self.wrong_way = self.off_route_lanes = False
+        self.route_deviated = self.route_completed = False
+        self.red_light_line: float | None = None
+        self.accel = self.yaw_rate = 0.0
+
+    # --- where the ego is --------------------------------------------------------------------------------
+    def _project(self, ego: tuple[float, float, float, float]) -> tuple[float, float, float]:
+        """Arc length, lateral offset and heading error on the route, searched near the last match."""
+        lo, hi = max(self.segment - 20, 0), min(self.segment + 200, len(self.route_xy))
+        s, lateral, k = geo.project(self.route_xy[lo:hi], self.route_s[lo:hi], np.array(ego[:2]))
+        self.segment = lo + k
+        heading_error = float(geo.wrap_angle(ego[2] - self.route_heading[self.segment]))
+        return s, lateral, heading_error
+
+    @property
+    def route_progress(self) -> float:
+        return self.progress - self.start_s
+
+    @property
+    def route_completion(self) -> float:
+        return min(self.route_progress / self.goal_distance, 1.0) if self.goal_distance > 0 else 1.0
+
+    def ego_record(self) -> EgoState:
+        f = self.frame
+        x, y, yaw, speed = f.ego
+        ttc, gap = self._threat()
+        return EgoState(
+            self.t, x, y, yaw, speed, self.accel, self.yaw_rate, self.steer, self.route_progress,
+            self.route_completion, self.lateral, self.heading_error, f.speed_limit, self.offroad, self.wrong_way,
+            self.off_route_lanes, ttc, gap, self.stop_ahead(),
+        )  # fmt: skip
+
+    def _threat(self) -> tuple[float, float]:
+        f = self.frame
+        o = f.others
+        x, y, yaw, speed = (np.concatenate([[v], o[:, i]]) for i, v in enumerate(f.ego))
+        length, width = np.concatenate([[f.ego_size[0]], o[:, 4]]), np.concatenate([[f.ego_size[1]], o[:, 5]])
+        return ego_threat(x, y, yaw, speed, np.ones(len(x), np.bool_), length, width, 0.3)
+
+    def stop_ahead(self) -> float:
+        """Metres from the front bumper to the stop line of the red light ahead (inf if none)."""
+        if self.red_light_line is None:
+            return math.inf
+        gap = self.red_light_line - (self.route_s_now + self.frame.ego_size[0] / 2)
+        return gap if gap >= -0.5 else math.inf
+
+    # --- one 0.1 s step --------------------------------------------------------------------------------------
+    def advance(self, frame: FrameData, sensor_events: list[dict[str, Any]], steer: float) -> list[dict[str, Any]]:
+        """Take the last server frame of a 0.1 s step and the sensor events of all its frames; return
+        our events for the step (also appended to ``log``)."""
+        prev, prev_speed = self.frame.ego, self.frame.ego[3]
+        self.frame, self.steer = frame, steer
+        self.t = round(self.t + DT, 6)
+        x, y, yaw, speed = frame.ego
+        self.accel = (speed - prev_speed) / DT
+        self.yaw_rate = float(geo.wrap_angle(yaw - prev[2])) / DT
+        self.distance += math.hypot(x - prev[0], y - prev[1])
+        prev_front = self.route_s_now + frame.ego_size[0] / 2
+        prev_progress = self.progress
+        self.route_s_now, self.lateral, self.heading_error = self._project(frame.ego)
+        self.progress = max(self.progress, self.route_s_now)
+        front = self.route_s_now + frame.ego_size[0] / 2
+        moved = self.progress - prev_progress
+        t = self.t
+        events = self._collisions(sensor_events)
+
+        if not frame.on_road and not self.offroad:
+            events.append({"type": "offroad", "t": t, "lateral": float(self.lateral)})
+        self.offroad = not frame.on_road
+
+        self.red_light_line = None
+        if frame.light is not None:
+            line = self._stop_line(frame.light)
+            if line is not None and frame.light.red:
+                self.red_light_line = line
+                if prev_front < line <= front:
+                    events.append({"type": "red_light", "t": t, "signal": str(frame.light.id)})
+
+        wrong = (frame.lane_yaw is not None and speed > 0.5
+                 and abs(float(geo.wrap_angle(yaw - frame.lane_yaw))) > 2.0)  # fmt: skip
+        self.wrong_way_run = self.wrong_way_run + moved if wrong else 0.0
+        if wrong and self.wrong_way_run >= WRONG_WAY_DISTANCE and self.wrong_way_run - moved < WRONG_WAY_DISTANCE:
+            events.append({"type": "wrong_way", "t": t, "lane": "carla"})
+        self.wrong_way = wrong
+        self.off_route_lanes = self.offroad or wrong or abs(self.lateral) > OFF_ROUTE_LATERAL_M
+        if self.off_route_lanes:
+            self.distance_outside_route_lanes += moved
+        if wrong:
+            self.distance_wrong_way += moved
+
+        if abs(self.lateral) > ROUTE_DEVIATION and not self.route_deviated:
+            self.route_deviated = True
+            events.append({"type": "route_deviation", "t": t, "lateral": float(self.lateral)})
+        if not self.route_completed and self.route_progress >= self.goal_distance:
+            self.route_completed = True
+            events.append({"type": "route_complete", "t": t})
+        self.time_stopped = self.time_stopped + DT if speed < 0.1 else 0.0
+        events += [e | {"t": t} for e in sensor_events if e["type"] == "lane_invasion"]
+        self.log.extend(events)
+        return events
+
+    def _collisions(self, sensor_events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One event when a contact with an actor begins (the sensor fires on every frame of it)."""
+        x, y, yaw, speed = self.frame.ego
+        length, width = self.frame.ego_size
+        out = []
+        for e in sensor_events:
+            if e["type"] != "collision":
+                continue
+            actor, last = int(e["other_id"]), self.contacts.get(int(e["other_id"]))
+            self.contacts[actor] = self.t
+            if last is not None and self.t - last <= CONTACT_GAP_S:
+                continue
+            ox, oy = e["other_xy"]
+            where = classify_contact(x, y, yaw, length, width, ox, oy)
+            out.append({
+                "type": "collision", "t": self.t, "actor": f"carla:{actor}", "actor_kind": actor_kind(e["other_type"]),
+                "where": where, "at_fault": bool(where in ("front", "lateral") and speed > 0.5),
+                "ego_speed": float(speed), "actor_speed": float(e.get("other_speed", 0.0)),
+            })  # fmt: skip
+        return out
+
+    def _stop_line(self, light: TrafficLight) -> float | None:
+        """The light's stop line as an arc length on the route (once per light), or None if it is not on it."""
+        if light.id not in self.stop_lines:
+            best = None
+            for p in np.asarray(light.stop_xy, float).reshape(-1, 2):
+                s, lateral, _ = geo.project(self.route_xy, self.route_s, p)
+                if abs(lateral) <= STOP_LINE_ON_ROUTE_M and (best is None or s < best):
+                    best = s
+            self.stop_lines[light.id] = best
+        return self.stop_lines[light.id]
+
+    # --- the episode for the metric suites ---------------------------------------------------------------
+    def episode_log(self, ego: list[EgoState]) -> EpisodeLog:
+        """The episode as the suites read it, with the ego's record at every 0.1 s (the env keeps those)."""
+        return EpisodeLog(events=list(self.log), ego=list(ego), route_length=self.goal_distance, dt=DT,
+                          timed_out=self.time_stopped >= 10.0 and not self.route_completed,
+                          distance_outside_route_lanes=self.distance_outside_route_lanes)  # fmt: skip
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "time": self.t,
+            "distance": self.distance,
+            "route_progress": self.route_progress,
+            "route_length": self.goal_distance,
+            "route_completion": self.route_completion,
+            "distance_outside_route_lanes": self.distance_outside_route_lanes,
+            "distance_wrong_way": self.distance_wrong_way,
+        }
