@@ -76,6 +76,29 @@ def test_save_load_round_trip_gives_identical_predictions(tmp_path):
         WorldModel.from_pretrained(tmp_path)
 
 
+def test_the_relative_loss_weighs_each_image_by_its_change():
+    model = _tiny()
+    ctx, motion, cam = _inputs(model, batch=2)
+    last = model.to_uint8(torch.zeros(2, 3, 16, 32), ctx)
+    still, moved = last.copy(), (255 - last).copy()
+    twin = ctx[[0, 0]], motion[[0, 0]], cam[[0, 0]]
+    for target in (still[[0, 0]], moved[[0, 0]]):  # equal changes: the plain MSE
+        plain = model.loss(twin[0], target, twin[1], twin[2], torch.Generator().manual_seed(3))
+        relative = model.loss(twin[0], target, twin[1], twin[2], torch.Generator().manual_seed(3), relative=0.1)
+        assert torch.allclose(plain, relative, rtol=1e-5)
+    # a still image beside a moving one: its error counts 1 / 0.1 against 1 / (its change's mean square + 0.1)
+    mixed = np.stack([still[0], moved[1]])
+    g = torch.Generator().manual_seed(3)
+    x1 = model.target_change(mixed, ctx)
+    t, eps = torch.rand(2, generator=g), torch.randn(x1.shape, generator=g)
+    x_t = t.view(2, 1, 1, 1) * x1 + (1 - t.view(2, 1, 1, 1)) * eps
+    error = (model.denoise(x_t, t, ctx, motion, cam) - x1).pow(2).flatten(1).mean(1)
+    weight = 1 / (x1.pow(2).flatten(1).mean(1) + 0.1)
+    expected = (error * weight).sum() / weight.sum()
+    got = model.loss(ctx, mixed, motion, cam, torch.Generator().manual_seed(3), relative=0.1)
+    assert torch.allclose(got, expected, rtol=1e-5) and weight[0] > 5 * weight[1]
+
+
 def test_config_rejects_sizes_the_unet_cannot_halve():
     with pytest.raises(ValueError, match="multiple of 4"):
         WorldModelConfig(image_size=(18, 32), channels=(8, 16, 16))

@@ -93,7 +93,8 @@ def probe(model: WorldModel, rewards: FrameRewards, probe_pairs, recipe: Recipe)
     chain, _ = model.sample_sde(ctx, motion, camera, d.noise_level, d.noise_scale, gen, d.sde_steps)
     reward, terms = _score(model, rewards, chain, ctx, target)
     c, m, t, cam = per_camera(probe_pairs, model)
-    data_loss = float(model.loss(c, t, m, cam, generator=torch.Generator().manual_seed(recipe.seed + 2)))
+    fixed = torch.Generator().manual_seed(recipe.seed + 2)
+    data_loss = float(model.loss(c, t, m, cam, fixed, recipe.world.relative_loss))  # the pre-training loss
     return {"probe/reward": float(reward.mean()), "probe/data_loss": data_loss,
             **{k.replace("reward/", "probe/"): v for k, v in terms.items()}}  # fmt: skip
 
@@ -156,7 +157,7 @@ def train_ddrl(recipe: Recipe, run_dir: str | Path, resume: bool = False,
             kl = gaussian_step_kl(means, ref_means, stds)
             loss = loss + d.kl_coef * kl
         c, m, t, cam = per_camera(data.pairs(data.train_pairs[real.next(d.data_batch)]), model)
-        data_loss = model.loss(c, t, m, cam, generator=noise)
+        data_loss = model.loss(c, t, m, cam, noise, recipe.world.relative_loss)  # the pre-training loss
         loss = loss + d.data_beta * data_loss
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), d.grad_clip)

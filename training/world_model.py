@@ -90,7 +90,7 @@ def train_world_model(recipe: Recipe, run_dir: str | Path, resume: bool = False,
         for group in optimizer.param_groups:
             group["lr"] = lr
         ctx, motion, target, camera = per_camera(data.pairs(data.train_pairs[sampler.next(cfg.batch_size)]), model)
-        loss = model.loss(ctx, target, motion, camera, generator=noise)
+        loss = model.loss(ctx, target, motion, camera, generator=noise, relative=recipe.world.relative_loss)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()

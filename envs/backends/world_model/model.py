@@ -175,15 +175,23 @@ class WorldModel(nn.Module):
 
     # --- training ----------------------------------------------------------------------------------------------
     def loss(self, context: torch.Tensor, target: torch.Tensor, motion: torch.Tensor, camera: torch.Tensor,
-             generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+             generator: torch.Generator | None = None, relative: float | None = None) -> torch.Tensor:  # fmt: skip
         """Flow-matching loss on pixels (``context`` from :meth:`pixels`, uint8 ``target``) in its clean-
-        estimate form: the MSE between the network's x_hat and the true change."""
+        estimate form: the MSE between the network's x_hat and the true change.
+
+        ``relative=eps`` divides each sample's error by its change's mean square + eps (weights normalised
+        to mean 1): the gradient of mean log-error, which is what per-image PSNR averages. Without it, the
+        near-still frames, where copying is almost exact, hardly count."""
         x1 = self.target_change(target, context)
         b = x1.shape[0]
         t = torch.rand(b, generator=generator, device=x1.device)
         eps = torch.randn(x1.shape, generator=generator, device=x1.device)
         x_t = t.view(b, 1, 1, 1) * x1 + (1 - t.view(b, 1, 1, 1)) * eps
-        return F.mse_loss(self.denoise(x_t, t, context, motion, camera), x1)
+        error = (self.denoise(x_t, t, context, motion, camera) - x1).pow(2).flatten(1).mean(1)
+        if relative is None:
+            return error.mean()
+        weight = 1.0 / (x1.pow(2).flatten(1).mean(1) + relative)
+        return (error * weight / weight.mean()).mean()
 
     # --- sampling ----------------------------------------------------------------------------------------------
     def _start(self, context: torch.Tensor, noise_scale: float, generator) -> torch.Tensor:
