@@ -68,7 +68,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # one fused op, not six
 
 
 class ExpertLayer(nn.Module):
@@ -141,7 +141,7 @@ class ActionExpert(nn.Module):
             n_state = 1
         N = N + n_state
         mask = None
-        if context and context_mask is not None:  # built once per call, shared by every layer
+        if context and context_mask is not None and not bool(context_mask.all()):  # (no padding: SDPA's fast path)
             own = torch.ones(B, N, dtype=torch.bool, device=h.device)
             mask = torch.cat([context_mask.bool(), own], 1)[:, None, None, :]
         for i, layer in enumerate(self.layers):
