@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -205,3 +206,26 @@ def test_loopdrive_eval_backend_carla_from_the_command_line(tmp_path, monkeypatc
     assert code == 0 and seen[0][:2] == ("carla.example", 2100)
     assert json.loads((tmp_path / "config.json").read_text())["backend"] == "carla"
     assert "driving score" in capsys.readouterr().out
+
+
+def test_the_real_session_code_runs_end_to_end_on_a_stand_in_carla_module(monkeypatch):
+    """CarlaSession itself (not the stand-in session) under the env, with tests/carla_module_fake.py as
+    the ``carla`` module: route planning on the topology, spawning, frames, events, clean-up."""
+    from tests import carla_module_fake
+
+    carla = carla_module_fake.module()
+    monkeypatch.setitem(sys.modules, "carla", carla)
+    env = gym.make("LoopDrive-v0", backend="carla", bank="smoke", scenario="straight-000", camera_size=(32, 64),
+                   n_frames=2, carla_retry=NO_WAIT).unwrapped  # fmt: skip
+    obs, _ = env.reset(seed=0)
+    server = carla.Client.world
+    assert server.settings.synchronous_mode and server.settings.fixed_delta_seconds == 0.05
+    assert env.world.goal_distance >= 100.0 and env.observation_space.contains(obs)
+    for _ in range(6):
+        obs, _, terminated, truncated, info = env.step(follow_route(obs, 8.0))
+        assert not (terminated or truncated)
+    assert env.world.route_progress > 5.0 and abs(env.world.lateral) < 0.5
+    assert int(obs["cameras"][0, -1, 0, 0, 0]) == server.frame % 256  # the newest frame's image
+    assert set(info["reward_terms"]) and info["carla"]["town"] == "Town04"
+    env.close()
+    assert server.actors == {} and not server.settings.synchronous_mode

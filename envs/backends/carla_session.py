@@ -53,6 +53,8 @@ class CarlaSession:
         self.ego_size = (4.9, 2.1)
         self.max_steer_rad = math.radians(70.0)
         self.graphs: dict[str, RoadGraph] = {}
+        self.stop_lines: dict[int, np.ndarray] = {}  # traffic light id -> its stop-line points (ours)
+        self.map = None
         self.connect()
 
     # --- connection ---------------------------------------------------------------------------------------
@@ -65,8 +67,10 @@ class CarlaSession:
 
     def prepare(self, setup: CarlaSetup) -> None:
         carla = _carla()
-        if self.world.get_map().name.split("/")[-1] != setup.town:
+        self.map = self.world.get_map()  # (get_map sends the whole map: once per episode, not per frame)
+        if self.map.name.split("/")[-1] != setup.town:
             self.world = self.client.load_world(setup.town)
+            self.map, self.stop_lines = self.world.get_map(), {}
         self.world.set_weather(getattr(carla.WeatherParameters, setup.weather))
         settings = self.world.get_settings()
         settings.synchronous_mode, settings.fixed_delta_seconds = True, FRAME_DT
@@ -77,10 +81,10 @@ class CarlaSession:
     # --- roads ----------------------------------------------------------------------------------------------
     def road_graph(self) -> RoadGraph:
         """Every lane segment of the map's topology, sampled every 2 m, in our frame (cached per town)."""
-        town = self.world.get_map().name
+        town = self.map.name
         if town not in self.graphs:
             segments = []
-            for entry, exit_ in self.world.get_map().get_topology():
+            for entry, exit_ in self.map.get_topology():
                 pts, wp = [entry.transform.location], entry
                 end = exit_.transform.location
                 while wp is not None and wp.transform.location.distance(end) > TOPOLOGY_STEP_M:
@@ -98,7 +102,7 @@ class CarlaSession:
     def pick_route(self, setup: CarlaSetup, rng: np.random.Generator, tries: int = 200) -> np.ndarray:
         """A route of the set-up's shape between two spawn points, at least ``min_route_m`` long."""
         graph = self.road_graph()
-        spawns = self.world.get_map().get_spawn_points()
+        spawns = self.map.get_spawn_points()
         pts = np.array([from_carla_pose(s.location.x, s.location.y, s.rotation.yaw)[:2] for s in spawns])
         for _ in range(tries):
             a, b = rng.choice(len(pts), 2, replace=False)
@@ -137,7 +141,7 @@ class CarlaSession:
             sensor.listen(lambda e, kind=kind: self.events.put((e.frame, kind, e)))
             self.actors.append(sensor)
         cars = [b for b in lib.filter("vehicle.*") if int(b.get_attribute("number_of_wheels")) == 4]
-        spawns = self.world.get_map().get_spawn_points()
+        spawns = self.map.get_spawn_points()
         rng = np.random.default_rng(setup.seed)
         for i in rng.permutation(len(spawns))[: setup.vehicles]:
             npc = self.world.try_spawn_actor(cars[int(rng.integers(len(cars)))], spawns[int(i)])
@@ -208,14 +212,16 @@ class CarlaSession:
         x, y, yaw = from_carla_pose(tf.location.x, tf.location.y, tf.rotation.yaw)
         out.ego, out.ego_size = (x, y, yaw, float(np.hypot(v.x, v.y))), self.ego_size
         out.speed_limit = float(self.ego.get_speed_limit()) / 3.6
-        lane = self.world.get_map().get_waypoint(tf.location, project_to_road=False, lane_type=carla.LaneType.Driving)
+        lane = self.map.get_waypoint(tf.location, project_to_road=False, lane_type=carla.LaneType.Driving)
         out.on_road = lane is not None
         out.lane_yaw = None if lane is None else float(from_carla_yaw_deg(lane.transform.rotation.yaw))
         if self.ego.is_at_traffic_light():
             light = self.ego.get_traffic_light()
-            stops = [w.transform.location for w in light.get_stop_waypoints()]
+            if light.id not in self.stop_lines:  # a light's stop line never moves
+                stops = [w.transform.location for w in light.get_stop_waypoints()]
+                self.stop_lines[light.id] = from_carla_xy(np.array([[p.x, p.y] for p in stops]).reshape(-1, 2))
             out.light = TrafficLight(light.id, light.get_state() == carla.TrafficLightState.Red,
-                                     from_carla_xy(np.array([[p.x, p.y] for p in stops]).reshape(-1, 2)))  # fmt: skip
+                                     self.stop_lines[light.id])  # fmt: skip
         out.others = self._nearby(x, y)
         return out
 
