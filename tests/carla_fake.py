@@ -8,7 +8,7 @@ time-out error once; ``crash_at_frame = N`` makes the server stop answering once
 The ego is a kinematic bicycle with a CARLA-like pedal response on a fixed route (60 m straight, a
 90-degree left curve of radius 40 m, 60 m straight); cameras show colours that encode the ego's pose.
 Optional: a pedestrian standing on the route at arc length ``walker_at``; a red light whose stop line
-is at ``red_light = (s, red_until_s)``.
+is at ``red_light = (s, red_until_s)``; a stop sign whose line is at ``stop_sign_at``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ WALKER_ID, LIGHT_ID = 901, 77
 
 
 class FakeCarlaServer:
-    def __init__(self, walker_at: float | None = None, red_light: tuple[float, float] | None = None) -> None:
-        self.walker_at, self.red_light = walker_at, red_light
+    def __init__(self, walker_at: float | None = None, red_light: tuple[float, float] | None = None,
+                 stop_sign_at: float | None = None) -> None:  # fmt: skip
+        self.walker_at, self.red_light, self.stop_sign_at = walker_at, red_light, stop_sign_at
         self.actors: set[int] = set()
         self.frame = 0
         self.synchronous = False
@@ -116,6 +117,8 @@ class FakeCarlaSession:
             if line - 30.0 <= s <= line + 5.0:
                 (stop_xy,), _ = geo.interpolate(self.route, self.route_s, np.array([line]))
                 out.light = TrafficLight(LIGHT_ID, self.t < red_until, stop_xy[None])
+        if self.server.stop_sign_at is not None:
+            out.stop_signs, _ = geo.interpolate(self.route, self.route_s, np.array([self.server.stop_sign_at]))
         return out
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ CARLA's API; tests/test_carla_server.py does that against a real server.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import types
 from dataclasses import dataclass, field
@@ -37,6 +38,15 @@ class Rotation:
 class Transform:
     location: Location = field(default_factory=Location)
     rotation: Rotation = field(default_factory=Rotation)
+
+    def transform(self, point: Location) -> Location:
+        """Local -> world (this stand-in's actors are never rotated)."""
+        return Location(self.location.x + point.x, self.location.y + point.y, self.location.z + point.z)
+
+
+class ActorList(list):
+    def filter(self, pattern: str) -> ActorList:
+        return ActorList(a for a in self if fnmatch.fnmatch(a.type_id, pattern))
 
 
 @dataclass
@@ -131,6 +141,8 @@ class World:
     def __init__(self) -> None:
         self.map, self.actors, self.next_id, self.frame = Map(), {}, 0, 0
         self.settings = types.SimpleNamespace(synchronous_mode=False, fixed_delta_seconds=None)
+        sign = self.spawn_actor(Blueprint("traffic.stop"), Transform(Location(300.0, 3.0)))  # part of the map
+        sign.trigger_volume = types.SimpleNamespace(location=Location(0.0, -3.0))  # its lane's stop area
 
     def get_map(self) -> Map:
         return self.map
@@ -155,8 +167,8 @@ class World:
     def try_spawn_actor(self, bp, transform):
         return self.spawn_actor(bp, transform)
 
-    def get_actors(self):
-        return list(self.actors.values())
+    def get_actors(self) -> ActorList:
+        return ActorList(self.actors.values())
 
     def tick(self, timeout: float = 10.0) -> int:
         """One 0.05 s frame: vehicles follow their pedals along x; cameras deliver this frame's image."""

@@ -86,6 +86,11 @@ def test_sensor_events_become_our_infractions():
     _, infos = drive(red)  # this driver ignores lights
     assert [e["signal"] for info in infos for e in info["events"] if e["type"] == "red_light"] == [str(LIGHT_ID)]
 
+    stop = make(FakeCarlaServer(stop_sign_at=50.0))
+    _, infos = drive(stop)  # ... and stop signs
+    assert [e["type"] for info in infos for e in info["events"] if e["type"] == "stop_sign"] == ["stop_sign"]
+    assert infos[-1]["metrics"]["infractions"][0]["type"] == "stop_sign"
+
 
 def test_the_episode_bookkeeping_matches_the_embedded_worlds_rules():
     def frame(x, y, yaw=0.0, speed=5.0, **kw):
@@ -104,13 +109,19 @@ def test_the_episode_bookkeeping_matches_the_embedded_worlds_rules():
     light = TrafficLight(3, True, np.array([[10.0, 1.0]]))
     assert ep.advance(frame(6.0, 0.0, light=light), [], 0.0) == [] and ep.stop_ahead() == pytest.approx(1.55)
     assert [e["type"] for e in ep.advance(frame(8.0, 0.0, light=light), [], 0.0)] == ["red_light"]
+    # a stop sign: stopping within 8 m before its line clears it; running the next one is an infraction
+    signs = np.array([[14.0, 0.5], [30.0, -0.5]])
+    assert ep.advance(frame(9.0, 0.0, speed=0.1, stop_signs=signs), [], 0.0) == []  # stopped 2.55 m short
+    assert ep.advance(frame(12.0, 0.0, stop_signs=signs), [], 0.0) == []  # crosses the first line: it had stopped
+    assert ep.stop_ahead() == pytest.approx(30.0 - 14.45)  # the second sign is next
+    assert [e["type"] for e in ep.advance(frame(28.0, 0.0, stop_signs=signs), [], 0.0)] == ["stop_sign"]
     # wrong way: sustained driving against the lane (50 m), reported once
-    events, x = [], 8.0
-    while x < 70.0:
+    events, x = [], 28.0
+    while x < 90.0:
         x += 2.0
         events += ep.advance(frame(x, 0.0, lane_yaw=math.pi), [], 0.0)
     assert [e["type"] for e in events] == ["wrong_way"] and ep.distance_wrong_way > 50.0
-    assert [e["type"] for e in ep.advance(frame(72.0, 13.0), [], 0.0)] == ["route_deviation"]
+    assert [e["type"] for e in ep.advance(frame(92.0, 13.0), [], 0.0)] == ["route_deviation"]
     assert [e["type"] for e in ep.advance(frame(99.5, 0.0, speed=0.0), [], 0.0)] == ["route_complete"]
     assert ep.route_completion == 1.0 and ep.accel == pytest.approx(-50.0) and ep.time_stopped == pytest.approx(0.1)
 
@@ -227,5 +238,7 @@ def test_the_real_session_code_runs_end_to_end_on_a_stand_in_carla_module(monkey
     assert env.world.route_progress > 5.0 and abs(env.world.lateral) < 0.5
     assert int(obs["cameras"][0, -1, 0, 0, 0]) == server.frame % 256  # the newest frame's image
     assert set(info["reward_terms"]) and info["carla"]["town"] == "Town04"
+    np.testing.assert_allclose(env.session.stop_signs, [[300.0, 0.0]])  # the trigger volume, in our frame
     env.close()
-    assert server.actors == {} and not server.settings.synchronous_mode
+    assert [a.type_id for a in server.actors.values()] == ["traffic.stop"]  # the map's, not ours
+    assert not server.settings.synchronous_mode

@@ -5,7 +5,8 @@ and lane-invasion sensors, the traffic light the ego is at, the lane under it) a
 :class:`CarlaEpisode` turns each 0.1 s of that (a :class:`FrameData`) into the same records the
 embedded world writes: ``rewards.EgoState`` for the reward terms, and events ``collision`` (with
 ``actor_kind`` and ``at_fault`` by the same contact rule), ``offroad``, ``red_light`` (the ego's front
-crossing the stop line of a red light), ``wrong_way`` (sustained driving against the lane),
+crossing the stop line of a red light), ``stop_sign`` (crossing a stop sign's line without having
+stopped within 8 m before it), ``wrong_way`` (sustained driving against the lane),
 ``route_deviation`` and ``route_complete``, for ``rewards.compute_suites``. It needs no server.
 """
 
@@ -26,6 +27,7 @@ from scenarios import geometry as geo
 GOAL_MARGIN_M = 2.0  # the route counts as complete this close to its end
 CONTACT_GAP_S = 1.0  # a new collision with the same actor needs this long without contact
 STOP_LINE_ON_ROUTE_M = 4.0  # a light's stop point farther than this from the route is another lane's
+STOPPED_BEFORE_M = 8.0  # a stop counts within this many metres before a stop sign's line (as the embedded world)
 OFF_ROUTE_LATERAL_M = 5.0  # farther than this from the route centreline is outside the route's lanes
 
 
@@ -49,6 +51,7 @@ class FrameData:
     on_road: bool = True  # a driving lane lies under the ego
     lane_yaw: float | None = None  # that lane's direction
     light: TrafficLight | None = None  # the traffic light that governs the ego's lane, if any
+    stop_signs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))  # [K, 2] nearby stop signs' lines
     others: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))  # [M, 6] x, y, yaw, speed, length, width
 
 
@@ -77,6 +80,8 @@ class CarlaEpisode:
         self.steer = 0.0
         self.segment = 0
         self.stop_lines: dict[int, float] = {}  # light id -> stop line's arc length on the route
+        self.sign_lines: dict[tuple[int, int], float | None] = {}  # stop sign (decimetres) -> its line on the route
+        self.signs_done: set[tuple[int, int]] = set()  # stop signs the ego has stopped at
         self.contacts: dict[int, float] = {}  # actor id -> last time in contact
         self.frame = first
         self.start_s, self.lateral, self.heading_error = self._project(first.ego)
@@ -124,11 +129,13 @@ class CarlaEpisode:
         return ego_threat(x, y, yaw, speed, np.ones(len(x), np.bool_), length, width, 0.3)
 
     def stop_ahead(self) -> float:
-        """Metres from the front bumper to the stop line of the red light ahead (inf if none)."""
-        if self.red_light_line is None:
-            return math.inf
-        gap = self.red_light_line - (self.route_s_now + self.frame.ego_size[0] / 2)
-        return gap if gap >= -0.5 else math.inf
+        """Metres from the front bumper to the next line the ego must stop at: a red light's, or a stop
+        sign's it has not stopped at yet (inf if none)."""
+        front = self.route_s_now + self.frame.ego_size[0] / 2
+        lines = [self.red_light_line] if self.red_light_line is not None else []
+        lines += [s for k, s in self.sign_lines.items() if s is not None and k not in self.signs_done]
+        gaps = [line - front for line in lines if line - front >= -0.5]
+        return min(gaps) if gaps else math.inf
 
     # --- one 0.1 s step --------------------------------------------------------------------------------------
     def advance(self, frame: FrameData, sensor_events: list[dict[str, Any]], steer: float) -> list[dict[str, Any]]:
@@ -161,6 +168,12 @@ class CarlaEpisode:
                 self.red_light_line = line
                 if prev_front < line <= front:
                     events.append({"type": "red_light", "t": t, "signal": str(frame.light.id)})
+
+        for key, line in self._sign_lines(frame.stop_signs):
+            if line - STOPPED_BEFORE_M < front <= line + 0.5 and speed < 0.3:
+                self.signs_done.add(key)
+            if prev_front < line <= front and key not in self.signs_done:
+                events.append({"type": "stop_sign", "t": t})
 
         wrong = (frame.lane_yaw is not None and speed > 0.5
                  and abs(float(geo.wrap_angle(yaw - frame.lane_yaw))) > 2.0)  # fmt: skip
@@ -216,6 +229,18 @@ class CarlaEpisode:
                     best = s
             self.stop_lines[light.id] = best
         return self.stop_lines[light.id]
+
+    def _sign_lines(self, signs: np.ndarray) -> list[tuple[tuple[int, int], float]]:
+        """The nearby stop signs on the route, as (key, arc length of the line), projected once each."""
+        out = []
+        for x, y in np.asarray(signs, float).reshape(-1, 2):
+            key = (round(x * 10), round(y * 10))
+            if key not in self.sign_lines:
+                s, lateral, _ = geo.project(self.route_xy, self.route_s, np.array([x, y]))
+                self.sign_lines[key] = s if abs(lateral) <= STOP_LINE_ON_ROUTE_M else None
+            if self.sign_lines[key] is not None:
+                out.append((key, self.sign_lines[key]))
+        return out
 
     # --- the episode for the metric suites ---------------------------------------------------------------
     def episode_log(self, ego: list[EgoState]) -> EpisodeLog:

@@ -54,6 +54,7 @@ class CarlaSession:
         self.max_steer_rad = math.radians(70.0)
         self.graphs: dict[str, RoadGraph] = {}
         self.stop_lines: dict[int, np.ndarray] = {}  # traffic light id -> its stop-line points (ours)
+        self.stop_signs = np.zeros((0, 2))  # the town's stop signs: their trigger volumes' centres (ours)
         self.map = None
         self.connect()
 
@@ -71,12 +72,21 @@ class CarlaSession:
         if self.map.name.split("/")[-1] != setup.town:
             self.world = self.client.load_world(setup.town)
             self.map, self.stop_lines = self.world.get_map(), {}
+        self.stop_signs = self._stop_signs()
         self.world.set_weather(getattr(carla.WeatherParameters, setup.weather))
         settings = self.world.get_settings()
         settings.synchronous_mode, settings.fixed_delta_seconds = True, FRAME_DT
         self.world.apply_settings(settings)
         self.tm.set_synchronous_mode(True)
         self.tm.set_random_device_seed(setup.seed)
+
+    def _stop_signs(self) -> np.ndarray:
+        """Where each stop sign asks cars to stop: the centre of its trigger volume, in our frame."""
+        points = []
+        for sign in self.world.get_actors().filter("traffic.stop"):
+            p = sign.get_transform().transform(sign.trigger_volume.location)
+            points.append((p.x, p.y))
+        return from_carla_xy(np.array(points, float).reshape(-1, 2))
 
     # --- roads ----------------------------------------------------------------------------------------------
     def road_graph(self) -> RoadGraph:
@@ -223,6 +233,9 @@ class CarlaSession:
             out.light = TrafficLight(light.id, light.get_state() == carla.TrafficLightState.Red,
                                      self.stop_lines[light.id])  # fmt: skip
         out.others = self._nearby(x, y)
+        if len(self.stop_signs):
+            near = np.hypot(*(self.stop_signs - (x, y)).T) < NEARBY_M
+            out.stop_signs = self.stop_signs[near]
         return out
 
     def _nearby(self, x: float, y: float) -> np.ndarray:
