@@ -40,7 +40,7 @@ from envs.world import DT, World, compile_scenario
 from rewards import DEFAULT_REWARDS, EgoState, EpisodeLog, RewardComposer, Transition
 from scenarios import Scenario
 
-BACKENDS = ("embedded", "worldmodel", "carla")
+BACKENDS = ("embedded", "worldmodel")  # what this class runs; envs.make_env also takes "carla"
 
 
 class LoopDriveEnv(gym.Env):
@@ -69,9 +69,9 @@ class LoopDriveEnv(gym.Env):
         world_model_noise: float = 0.0,
         world_model_warmup: int = 0,
     ) -> None:
-        if backend not in BACKENDS[:2]:
-            hint = " (make it with envs.make_env or gym.make('LoopDrive-v0', backend='carla'))" * (backend == "carla")
-            raise ValueError(f"unknown backend {backend!r} for LoopDriveEnv; available: {list(BACKENDS[:2])}{hint}")
+        if backend not in BACKENDS:
+            hint = "; CARLA's env comes from gym.make('LoopDrive-v0', backend='carla')" if backend == "carla" else ""
+            raise ValueError(f"unknown backend {backend!r} for LoopDriveEnv; available: {list(BACKENDS)}{hint}")
         interface.check_options(action_mode, invalid_action, observations, render_mode, n_frames)
         if backend == "worldmodel" and (world_model is None or "cameras" not in observations):
             raise ValueError("backend='worldmodel' needs world_model=PATH (a saved world model) and the 'cameras' "

@@ -84,7 +84,7 @@ class FakeCarlaSession:
             self.mine.append(WALKER_ID)
             self.server.actors.add(WALKER_ID)
 
-    def tick(self, throttle: float, brake: float, steer: float) -> FrameData:
+    def tick(self, throttle: float, brake: float, steer: float, read: bool = True) -> FrameData:
         self.server.maybe_fail("tick")
         if self.server.frame == self.server.crash_at_frame:
             self.server.crash_at_frame = None

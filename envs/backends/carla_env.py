@@ -164,8 +164,8 @@ class CarlaDriveEnv(gym.Env):
             session.prepare(setup)
             route = session.pick_route(setup, np.random.default_rng(episode_seed))
             session.spawn(route, self.rig, setup)
-            for _ in range(SETTLE_FRAMES):
-                frame = session.tick(0.0, 1.0, 0.0)
+            for i in range(SETTLE_FRAMES):
+                frame = session.tick(0.0, 1.0, 0.0, read=i == SETTLE_FRAMES - 1)
             return route, frame
 
         route, first = run_with_retries(start, self.retry, reconnect=self._drop_session, restart=self.restart)
@@ -227,8 +227,8 @@ class CarlaDriveEnv(gym.Env):
             accel, steer = control if control is not None else self.controller.control(x, y, yaw, speed, ep.steer)
             pedals = self.pedals(accel, steer, speed, ep.accel, DT)
             sensor_events: list[dict[str, Any]] = []
-            for _ in range(FRAMES_PER_STEP):
-                frame = session.tick(*pedals)
+            for j in range(FRAMES_PER_STEP):  # the state is read at the step's last frame, events at every one
+                frame = session.tick(*pedals, read=j == FRAMES_PER_STEP - 1)
                 sensor_events += frame.events
             new_events = ep.advance(frame, sensor_events, steer)
             self.history.push_pose(*frame.ego)

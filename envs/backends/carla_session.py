@@ -192,7 +192,10 @@ class CarlaSession:
         self.actors.append(sensor)
 
     # --- stepping -------------------------------------------------------------------------------------------
-    def tick(self, throttle: float, brake: float, steer: float) -> FrameData:
+    def tick(self, throttle: float, brake: float, steer: float, read: bool = True) -> FrameData:
+        """Apply the control and advance one frame. ``read=False`` (a frame nobody reads the state of)
+        skips converting the images and querying the ego, lane, light and nearby actors; the sensors'
+        events are collected on every frame."""
         carla = _carla()
         self.ego.apply_control(carla.VehicleControl(throttle=float(throttle), brake=float(brake), steer=float(steer)))
         frame = self.world.tick(self.timeout_s)
@@ -205,6 +208,8 @@ class CarlaSession:
                     raise TimeoutError(f"camera {name!r}: no image for frame {frame} in {self.timeout_s:g} s") from None
                 if image.frame >= frame:
                     break
+            if not read:
+                continue
             bgra = np.frombuffer(image.raw_data, np.uint8).reshape(image.height, image.width, 4)
             out.images[name] = bgra[:, :, 2::-1].copy()
         while not self.events.empty():
@@ -218,6 +223,8 @@ class CarlaSession:
             else:
                 out.events.append({"type": "lane_invasion", "frame": f,
                                    "markings": sorted({str(m.type) for m in e.crossed_lane_markings})})  # fmt: skip
+        if not read:
+            return out
         tf, v = self.ego.get_transform(), self.ego.get_velocity()
         x, y, yaw = from_carla_pose(tf.location.x, tf.location.y, tf.rotation.yaw)
         out.ego, out.ego_size = (x, y, yaw, float(np.hypot(v.x, v.y))), self.ego_size
