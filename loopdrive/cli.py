@@ -165,6 +165,7 @@ def _collect(args: argparse.Namespace) -> int:
         bank=args.bank, split=args.split, agent=args.agent, seeds=args.seeds, rig=args.rig, n_frames=args.n_frames,
         decision_every=args.decision_every, teacher=args.teacher, perturb_fraction=args.perturb_fraction,
         scenarios=args.scenarios.split(",") if args.scenarios else None, max_episodes=args.max_episodes,
+        target=args.target,
     )  # fmt: skip
     card = collect(cfg, args.out)
     f = card["labels"].get("filter", {})
@@ -267,6 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--decision-every", type=int, default=5)
     co.add_argument("--teacher", default="template", help="template, or a critic spec whose LM writes the reasoning")
     co.add_argument("--perturb-fraction", type=float, default=0.0, help="extra episodes started off-centre")
+    co.add_argument(
+        "--target",
+        choices=("executed", "plan"),
+        default="executed",
+        help="the trajectory to learn: the future driven, or the agent's plan at each decision",
+    )
     co.add_argument("--scenarios", help="comma-separated subset of scenario ids")
     co.add_argument("--max-episodes", type=int)
     co.set_defaults(fn=_collect)

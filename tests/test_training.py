@@ -100,6 +100,30 @@ def test_collect_resumes_after_a_kill(dataset, tmp_path, monkeypatch):
         collect(_collect_cfg(n_frames=2), path, progress=False)
 
 
+def test_collect_the_agents_plan_as_the_target(dataset, tmp_path):
+    """``target="plan"`` keeps the collecting agent's plan at each decision, so no sample lacks a target."""
+    import envs  # noqa: F401
+    from agents import load_agent
+    from envs import LoopDriveEnv
+
+    path = tmp_path / "plan.zarr"
+    collect(_collect_cfg(scenarios=SCENARIOS[:1], perturb_fraction=0.0, target="plan"), path, progress=False)
+    plan = DrivingDataset(path)
+    card = json.loads(card_path(path).read_text())
+    assert card["labels"]["short_future"] == 0
+    driven = DrivingDataset(dataset)
+    first = driven.arrays["episode"] == driven.arrays["episode"][0]
+    assert len(plan) > first.sum()  # the driven future is missing for the last 6.4 s of an episode
+    env = LoopDriveEnv(bank="smoke", n_frames=1, observations=("cameras", "ego_history", "ego_state", "route",
+                                                                "command"))  # fmt: skip
+    obs, _ = env.reset(seed=0, options={"scenario": SCENARIOS[0]})
+    expert = load_agent("expert")
+    expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    np.testing.assert_allclose(plan.arrays["target"][0], expert.act(obs).trajectory, atol=1e-5)
+    with pytest.raises(ValueError, match="collect target 'imagined'"):
+        collect(_collect_cfg(target="imagined"), tmp_path / "bad.zarr", progress=False)
+
+
 def test_future_in_ego_frame():
     # a car at (10, 5) heading north, driving north at 10 m/s
     track = [EgoState(i * 0.1, 10.0, 5.0 + i, np.pi / 2, 10, 0, 0, 0, 0, 0, 0, 0, 0, False, False, False)

@@ -52,6 +52,7 @@ class DataSection(_Section):
     teacher: str = "template"
     filter_threshold: float = Field(0.5, ge=0, le=1)
     perturb_fraction: float = Field(0.0, ge=0, le=1)
+    target: Literal["executed", "plan"] = "executed"  # the future driven, or the agent's plan at the decision
     max_gb: float = 8.0
 
 
@@ -74,6 +75,7 @@ class TrainSection(_Section):
     grad_clip: float = 1.0
     text_weight: float = Field(1.0, ge=0)
     flow_weight: float = Field(1.0, ge=0)
+    flow_samples: int = Field(1, ge=1)  # (time, noise) draws per sample for the flow loss, from one VLM pass
     two_stage: bool = False  # stage 1: VLM (text); stage 2: action expert with the VLM frozen
     stage1_fraction: float = Field(0.5, gt=0, lt=1)
     bf16: bool = True  # on CUDA only

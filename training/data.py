@@ -34,6 +34,7 @@ HORIZON = 64
 NUMERIC = {"cameras": "uint8", "ego_history": "float32", "ego_state": "float32", "route": "float32",
            "command": "int8", "target": "float32", "speed0": "float32", "episode": "int32", "t": "float32",
            "consistency": "float32", "perturbed": "bool"}  # fmt: skip
+TARGETS = ("executed", "plan")
 TEXT = ("scenario", "reasoning", "agent_reasoning", "meta_actions", "causes")
 
 
@@ -56,6 +57,7 @@ class CollectConfig:
     teacher: str = "template"
     filter_threshold: float = 0.5
     perturb_fraction: float = 0.0  # share of extra episodes started off the lane centre (recovery data)
+    target: str = "executed"  # "executed": the future driven; "plan": the agent's plan at the decision
     perturb_lateral_m: float = 1.0
     perturb_heading_deg: float = 8.0
     chunk: int = 64
@@ -162,12 +164,14 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool | None = None) -
     from envs import LoopDriveEnv
     from rewards.scene import scene_facts
 
+    if cfg.target not in TARGETS:
+        raise DatasetError(f"collect target {cfg.target!r}: expected one of {TARGETS}")
     out = Path(out)
     group = zarr.open_group(out, mode="a")
-    settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()}
+    settings = _settings(cfg)
     if group.attrs.get("format") not in (None, FORMAT):
         raise DatasetError(f"{out}: not a LoopDrive driving dataset (format {group.attrs.get('format')!r})")
-    if "config" in group.attrs and group.attrs["config"] != settings:
+    if "config" in group.attrs and _settings(CollectConfig()) | dict(group.attrs["config"]) != settings:
         raise DatasetError(f"{out} was collected with other settings; collect into a new path")
     group.attrs.update({"format": FORMAT, "config": settings})
     n_complete = int(group.attrs.get("n_complete", 0))
@@ -200,6 +204,11 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool | None = None) -
     return card
 
 
+def _settings(cfg: CollectConfig) -> dict[str, Any]:
+    """The settings as stored in the group (settings added later read as their defaults)."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()}
+
+
 def card_path(dataset: str | Path) -> Path:
     """``data/x.zarr`` -> ``data/x.card.json`` (beside the zarr group, which holds only arrays)."""
     return Path(dataset).with_suffix(".card.json")
@@ -223,7 +232,8 @@ def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats,
     while not done:
         out = agent.act(obs)
         facts = scene_facts(world)
-        decisions.append({"k": len(env._ego_track) - 1, "obs": obs, "facts": facts, "reasoning": out.reasoning or ""})
+        decisions.append({"k": len(env._ego_track) - 1, "obs": obs, "facts": facts, "reasoning": out.reasoning or "",
+                          "plan": np.asarray(out.trajectory, np.float32)})  # fmt: skip
         obs, _, terminated, truncated, info = env.step(out.trajectory)
         done = terminated or truncated
     m = info["metrics"]
@@ -235,7 +245,7 @@ def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats,
         return []
     samples = []
     for d in decisions:
-        target = future_in_ego_frame(env._ego_track, d["k"])
+        target = d["plan"] if cfg.target == "plan" else future_in_ego_frame(env._ego_track, d["k"])
         if target is None:
             stats.short_future += 1
             continue

@@ -102,6 +102,18 @@ def action_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[list[
     return flat.mean(0).tolist(), std.tolist()
 
 
+def state_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[list[float], list[float]]:
+    """Mean and std of the action expert's state-token features (constant features get std 1)."""
+    from agents.vla.model import state_features
+
+    a = dataset.arrays
+    idx = np.linspace(0, len(dataset) - 1, min(limit, len(dataset))).astype(int)
+    feats = np.stack([state_features({"ego_state": a["ego_state"][i], "route": a["route"][i],
+                                      "command": int(a["command"][i])}) for i in idx]).astype(np.float64)  # fmt: skip
+    std = feats.std(0)
+    return feats.mean(0).tolist(), np.where(std > 1e-3, std, 1.0).tolist()
+
+
 def learning_rate(step: int, cfg) -> float:
     """Linear warm-up, then cosine decay to 10% (a function of the step: nothing to checkpoint)."""
     if step < cfg.warmup_steps:
@@ -139,6 +151,7 @@ def train_sft(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
         model = build_model(recipe)
         if not recipe.init_from:  # a fresh flow head works on the data's standardised actions
             model.config.action_mean, model.config.action_std = action_statistics(dataset)
+            model.config.state_mean, model.config.state_std = state_statistics(dataset)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -174,7 +187,8 @@ def train_sft(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
         for _ in range(cfg.grad_accum):
             obs, reasoning, target = dataset.batch(sampler.next(cfg.batch_size))
             with autocast:
-                losses = model.losses(obs, reasoning, torch.from_numpy(target).to(device), generator=noise)
+                losses = model.losses(obs, reasoning, torch.from_numpy(target).to(device), generator=noise,
+                                      flow_samples=cfg.flow_samples)  # fmt: skip
             loss = (w_text * losses["text"] + w_flow * losses["flow"]) / cfg.grad_accum
             loss.backward()
             for k in sums:

@@ -36,6 +36,7 @@ class ExpertConfig:
     action_dim: int = 2
     fourier_features: int = 16
     state_dim: int = 0  # > 0: one extra token from the ego state and route (as pi0's proprioceptive token)
+    state_on_every_token: bool = False  # also add the state embedding to every action token (direct conditioning)
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -137,7 +138,10 @@ class ActionExpert(nn.Module):
         if self.config.state_dim:
             if state is None:
                 raise ValueError("this action expert has a state token: pass state [B, state_dim]")
-            h = torch.cat([self.state_embed(state.to(h.dtype)).unsqueeze(1), h], 1)
+            s = self.state_embed(state.to(h.dtype)).unsqueeze(1)
+            if self.config.state_on_every_token:  # each waypoint reads the state without going through attention
+                h = h + s
+            h = torch.cat([s, h], 1)
             n_state = 1
         N = N + n_state
         mask = None

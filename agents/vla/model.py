@@ -54,6 +54,8 @@ class VLAConfig:
     backbone_path: str | None = None  # a local pretrained Qwen2.5-VL / Qwen3-VL folder (overrides ``size``)
     action_mean: tuple[float, float] | None = None  # (accel, curvature) statistics of the training data;
     action_std: tuple[float, float] | None = None  # None: scale by the bounds
+    state_mean: list[float] | None = None  # statistics of the state token's features in the training data;
+    state_std: list[float] | None = None  # None: the fixed scales of ``state_features``
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -162,7 +164,8 @@ def patchify(images: np.ndarray, mean: np.ndarray, std: np.ndarray, patch: int =
 
 
 class VLA(nn.Module):
-    def __init__(self, config: VLAConfig, tokenizer: PreTrainedTokenizerFast | None = None) -> None:
+    def __init__(self, config: VLAConfig, tokenizer: PreTrainedTokenizerFast | None = None,
+                 expert_config: ExpertConfig | None = None) -> None:  # fmt: skip
         super().__init__()
         torch.manual_seed(config.seed)
         self.config = config
@@ -172,21 +175,25 @@ class VLA(nn.Module):
             self.tokenizer = tokenizer or build_tokenizer()
             self.backbone = _backbone(config, self.tokenizer)
         self.tokenizer.padding_side = "left"
-        tc = self.backbone.config.text_config
+        self.expert = ActionExpert(expert_config or self._expert_config(self.backbone))
+        proc = Qwen2VLImageProcessorPil()  # only its normalisation constants: patchify is vectorised below
+        self.pixel_mean = np.asarray(proc.image_mean, np.float32)
+        self.pixel_std = np.asarray(proc.image_std, np.float32)
+        self.cot_end = self.tokenizer.convert_tokens_to_ids(COT_END)
+
+    @staticmethod
+    def _expert_config(backbone: nn.Module) -> ExpertConfig:
+        tc = backbone.config.text_config
         head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
         # the expert shares the backbone's layer count, kv heads and head size (it reads its cache) but is
         # narrower: half the query heads (as Alpamayo's 2.3B expert beside an 8.2B backbone)
         kv = tc.num_key_value_heads
         heads = max(kv, (tc.num_attention_heads // 2) // kv * kv)  # a multiple of the kv heads
-        self.expert = ActionExpert(ExpertConfig(
+        return ExpertConfig(
             hidden_size=heads * head_dim, num_layers=tc.num_hidden_layers, num_heads=heads,
             num_kv_heads=tc.num_key_value_heads, head_dim=head_dim, intermediate_size=2 * heads * head_dim,
-            state_dim=STATE_FEATURES,
-        ))  # fmt: skip
-        proc = Qwen2VLImageProcessorPil()  # only its normalisation constants: patchify is vectorised below
-        self.pixel_mean = np.asarray(proc.image_mean, np.float32)
-        self.pixel_std = np.asarray(proc.image_std, np.float32)
-        self.cot_end = self.tokenizer.convert_tokens_to_ids(COT_END)
+            state_dim=STATE_FEATURES, state_on_every_token=True,
+        )  # fmt: skip
 
     @property
     def device(self) -> torch.device:
@@ -229,8 +236,18 @@ class VLA(nn.Module):
         v0 = [float(action_space.initial_speed(torch.as_tensor(o["ego_history"], dtype=torch.float32)[None])[0])
               if "ego_history" in o else 0.0 for o in observations]  # fmt: skip
         enc["v0"] = torch.tensor(v0)
-        enc["state"] = torch.from_numpy(np.stack([state_features(o) for o in observations]))
+        enc["state"] = torch.from_numpy(self.state_inputs(observations))
         return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in enc.items()}
+
+    def state_inputs(self, observations: list[dict[str, Any]]) -> np.ndarray:
+        """The state token's features ``[B, STATE_FEATURES]``, standardised by the training data's
+        statistics when the config has them: the near-field route offsets that steer the car are a few
+        hundredths on the fixed scales, too small for a small head to read precisely."""
+        feats = np.stack([state_features(o) for o in observations])
+        c = self.config
+        if c.state_mean is not None and c.state_std is not None:
+            feats = (feats - np.asarray(c.state_mean, np.float32)) / np.asarray(c.state_std, np.float32)
+        return feats.astype(np.float32)
 
     def _vlm_inputs(self, batch: dict[str, Any]) -> dict[str, Any]:
         keys = ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids")
@@ -395,8 +412,12 @@ class VLA(nn.Module):
 
     # --- training ----------------------------------------------------------------------------------------------
     def losses(self, observations, reasoning: list[str], trajectories: torch.Tensor,
-               generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
-        """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing)."""
+               generator: torch.Generator | None = None, flow_samples: int = 1) -> dict[str, torch.Tensor]:  # fmt: skip
+        """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing).
+
+        ``flow_samples`` draws that many (time, noise) pairs per sample for the flow loss from one VLM
+        pass: the action expert is a small part of the compute, so its gradient gets k times the signal
+        for little cost (as pi0's several flow samples per observation)."""
         batch = self.prepare(observations, reasoning)
         out = self.backbone(**self._vlm_inputs(batch), use_cache=True)
         logits, labels = out.logits[:, :-1], batch["labels"][:, 1:]
@@ -405,8 +426,11 @@ class VLA(nn.Module):
         c = self.config
         actions = action_space.from_trajectory(trajectories.float(), batch["v0"].float())
         target = action_space.normalise(actions, c.action_mean, c.action_std)
-        flow = flow_matching_loss(self.expert, target.to(self.device), ctx, batch["attention_mask"], generator,
-                                  state=batch["state"])  # fmt: skip
+        mask, state = batch["attention_mask"], batch["state"]
+        if flow_samples > 1:
+            ctx = [(k.repeat_interleave(flow_samples, 0), v.repeat_interleave(flow_samples, 0)) for k, v in ctx]
+            target, mask, state = (x.repeat_interleave(flow_samples, 0) for x in (target, mask, state))
+        flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state)
         return {"text": text, "flow": flow}
 
     # --- persistence -------------------------------------------------------------------------------------------
@@ -431,6 +455,6 @@ class VLA(nn.Module):
         cfg = VLAConfig(**(raw["vla"] | {"image_size": tuple(raw["vla"]["image_size"])}))
         cfg.backbone_path = str(path / "backbone")  # the saved copy, whatever it was built from
         tok = PreTrainedTokenizerFast.from_pretrained(path / "tokenizer", local_files_only=True)
-        model = cls(cfg, tok)
+        model = cls(cfg, tok, ExpertConfig(**raw["expert"]))  # as saved (older VLAs lack later options)
         model.expert.load_state_dict(load_file(path / "action_expert.safetensors"))
         return model.to(device).eval()
