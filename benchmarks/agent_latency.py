@@ -2,8 +2,9 @@
 
     python benchmarks/agent_latency.py [--size tiny] [--device cpu|cuda] [--repeats 10]
 
-Runs the default 4-camera x 4-frame observation at batch 1 and 8. On CPU the process uses one core
-(threads pinned to 1) unless --threads says otherwise. Prints the benchmark JSON.
+Runs the default 4-camera x 4-frame observation (16 images) at batch 1 and 8, and 4 cameras x 1 frame
+(4 images: what `configs/sft_tiny.toml` trains; results named `..._f1_...`). On CPU the process uses
+one core (threads pinned to 1) unless --threads says otherwise. Prints the benchmark JSON.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def measure(model, observations, args, dtype) -> list[dict]:
     from agents.vla.flow import sample_ode
 
     batch = len(observations)
+    frames = observations[0]["cameras"].shape[1]
     data, t_prep = timed(lambda: model.prepare(observations), args.device, args.repeats)
     if dtype != torch.float32:
         data["pixel_values"] = data["pixel_values"].to(dtype)
@@ -51,7 +53,7 @@ def measure(model, observations, args, dtype) -> list[dict]:
         _, t_flow = timed(lambda: sample_ode(model.expert, batch, ctx, mask, steps, device=args.device, dtype=dtype,
                                              state=data["state"]),
                           args.device, args.repeats)  # fmt: skip
-    pre = f"{args.size}_b{batch}"
+    pre = f"{args.size}_b{batch}" + ("" if frames == 4 else f"_f{frames}")
     return [
         {"name": f"{pre}_vision_prompt_ms", "value": round(t_prep + t_encode, 2), "unit": "ms"},
         {"name": f"{pre}_reasoning_ms", "value": round(t_prep + t_reason, 2), "unit": "ms"},
@@ -69,6 +71,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--reasoning-tokens", type=int, default=32)
+    p.add_argument("--frames", default="4,1", help="frames per camera to measure, comma-separated")
     args = p.parse_args()
     pinned = None
     if args.device == "cpu" and args.threads == 1:
@@ -80,17 +83,19 @@ def main() -> None:
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     model = VLA(VLAConfig(backbone=args.backbone, size=args.size, max_reasoning_tokens=args.reasoning_tokens))
     model = model.to(args.device, dtype).eval()
-    env = gym.make("LoopDrive-v0", scenario="signalized_intersection-000")
-    obs, _ = env.reset(seed=0)
     results = []
-    for batch in (1, 8):
-        results += measure(model, [obs] * batch, args, dtype)
+    for frames in (int(f) for f in args.frames.split(",")):
+        env = gym.make("LoopDrive-v0", scenario="signalized_intersection-000", n_frames=frames)
+        obs, _ = env.reset(seed=0)
+        for batch in (1, 8):
+            results += measure(model, [obs] * batch, args, dtype)
     params = sum(p.numel() for p in model.parameters())
     print(json.dumps({
         "benchmark": "agent_latency",
         "machine": machine_info() | {"pinned_core": pinned, "torch_threads": args.threads},
         "config": {"size": args.size, "backbone": args.backbone, "device": args.device, "dtype": str(dtype),
-                   "parameters_m": round(params / 1e6, 2), "images": 16, "reasoning_tokens": args.reasoning_tokens,
+                   "parameters_m": round(params / 1e6, 2), "cameras": 4, "frames": args.frames,
+                   "reasoning_tokens": args.reasoning_tokens,
                    "flow_steps": model.config.flow_steps, "best_of": args.repeats},
         "results": results,
     }, indent=1))  # fmt: skip

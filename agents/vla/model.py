@@ -276,9 +276,10 @@ class VLA(nn.Module):
         return texts, [(layer.keys, layer.values) for layer in cache.layers], mask
 
     def encode(self, batch: dict[str, Any], grad: bool = False):
-        """Prompt only (no reasoning): the cache as expert context, and its mask."""
+        """Prompt only (no reasoning): the cache as expert context, and its mask. Only the cache is used,
+        so the vocabulary head runs on the last position alone."""
         with torch.set_grad_enabled(grad):
-            out = self.backbone(**self._vlm_inputs(batch), use_cache=True)
+            out = self.backbone(**self._vlm_inputs(batch), use_cache=True, logits_to_keep=1)
         return [(layer.keys, layer.values) for layer in out.past_key_values.layers], batch["attention_mask"]
 
     def actions_to_trajectory(self, u: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
