@@ -171,7 +171,8 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool | None = None) -
     settings = _settings(cfg)
     if group.attrs.get("format") not in (None, FORMAT):
         raise DatasetError(f"{out}: not a LoopDrive driving dataset (format {group.attrs.get('format')!r})")
-    if "config" in group.attrs and _settings(CollectConfig()) | dict(group.attrs["config"]) != settings:
+    stored = _settings(CollectConfig()) | dict(group.attrs.get("config", {}))  # later settings: their defaults
+    if "config" in group.attrs and stored != settings:
         raise DatasetError(f"{out} was collected with other settings; collect into a new path")
     group.attrs.update({"format": FORMAT, "config": settings})
     n_complete = int(group.attrs.get("n_complete", 0))
@@ -205,7 +206,7 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool | None = None) -
 
 
 def _settings(cfg: CollectConfig) -> dict[str, Any]:
-    """The settings as stored in the group (settings added later read as their defaults)."""
+    """The settings as the group's attributes store them (JSON: tuples become lists)."""
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()}
 
 
