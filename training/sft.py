@@ -106,10 +106,9 @@ def state_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[list[f
     """Mean and std of the action expert's state-token features (constant features get std 1)."""
     from agents.vla.model import state_features
 
-    a = dataset.arrays
     idx = np.linspace(0, len(dataset) - 1, min(limit, len(dataset))).astype(int)
-    feats = np.stack([state_features({"ego_state": a["ego_state"][i], "route": a["route"][i],
-                                      "command": int(a["command"][i])}) for i in idx]).astype(np.float64)  # fmt: skip
+    observations, _, _ = dataset.batch(idx)
+    feats = np.stack([state_features(o) for o in observations]).astype(np.float64)
     std = feats.std(0)
     return feats.mean(0).tolist(), np.where(std > 1e-3, std, 1.0).tolist()
 
