@@ -31,6 +31,12 @@ def test_group_advantages_by_hand():
     assert torch.allclose(adv, torch.tensor([-1.0, 0.0, 1.0, 0.0, 0.0, 0.0]), atol=1e-5)
     assert torch.allclose(group_advantages(r, g, normalise=False), torch.tensor([-1.0, 0.0, 1.0, 0.0, 0.0, 0.0]))
     assert informative_groups(r, g).tolist() == [True, True, True, False, False, False]
+    # batch: the same centred rewards over their std across the batch, unbiased: sqrt(2 / 5)
+    by_batch = group_advantages(r, g, normalise="batch")
+    assert torch.allclose(by_batch, torch.tensor([-1.0, 0.0, 1.0, 0.0, 0.0, 0.0]) / (0.4**0.5), atol=1e-5)
+    assert torch.equal(group_advantages(r, g, normalise="none"), group_advantages(r, g, normalise=False))
+    with pytest.raises(ValueError, match="normalisation"):
+        group_advantages(r, g, normalise="per_token")
 
 
 def test_clip_and_dual_clip_by_hand():
@@ -345,3 +351,91 @@ def test_step_level_branches_scored_by_the_driving_score_run_to_the_episode_end(
     for r in rollouts:
         assert r.metrics is not None  # the branch reached the episode's end
         assert score_of(r, rl) == pytest.approx(r.metrics["leaderboard"]["score"] / 100.0)
+
+
+def test_step_level_branch_samples_its_first_decisions_and_keeps_each_one(ray_local, tiny_vla):
+    from training.grpo import samples_of
+    from training.rollouts import RolloutWorkers, Task
+
+    workers = RolloutWorkers({"bank": "smoke", "n_frames": 1, "image_size": [56, 112]}, {"path": str(tiny_vla)}, 0)
+    try:
+        tasks = [Task(uid=i, group=0, scenario="lead_brake-000", seed=2, branch_at=1, sampled_decisions=3)
+                 for i in range(2)]  # fmt: skip
+        rollouts = workers.run(tasks, {"__seed__": np.array(5)}, "step", horizon=5)
+    finally:
+        workers.stop()
+    for r in rollouts:
+        assert len(r.observations) == len(r.logp) == len(r.chains) == len(r.smasks) == 3
+        assert r.rewards.shape == (1,)  # one score for the branch, shared by its sampled decisions
+    # branches share their first observation (the snapshot) and part ways after their sampled first decision
+    a, b = rollouts
+    assert np.array_equal(a.observations[0]["ego_state"], b.observations[0]["ego_state"])
+    assert not np.array_equal(a.observations[1]["ego_state"], b.observations[1]["ego_state"])
+    batch = samples_of(rollouts, torch.tensor([1.0, -1.0]))
+    assert batch["adv"].tolist() == [1.0] * 3 + [-1.0] * 3 and batch["chain"].shape[0] == 6
+
+
+class _ScriptedEnv:
+    """A stand-in env for :func:`_branch_point`: decision t's snapshot is ``{"t": t}``; the step out of
+    decision ``fail_at`` reports a collision; the episode ends after ``length`` steps."""
+
+    def __init__(self, fail_at: int | None, length: int = 8) -> None:
+        self.fail_at, self.length, self.t = fail_at, length, 0
+
+    def set_tasks(self, tasks) -> None:
+        pass
+
+    def reset(self):
+        self.t = 0
+        return {"t": np.array(0)}, {}
+
+    def snapshot(self) -> dict:
+        return {"t": self.t}
+
+    def step(self, action):
+        events = [{"type": "collision"}] if self.t == self.fail_at else [{"type": "lane_invasion"}]
+        self.t += 1
+        return {"t": np.array(self.t)}, 0.0, self.t >= self.length, False, {"events": events}
+
+
+class _ConstantPlan:
+    def forward_inference(self, batch):
+        from ray.rllib.core.columns import Columns
+
+        return {Columns.ACTIONS: torch.zeros(1, 2)}
+
+
+@pytest.mark.parametrize(
+    ("fail_at", "lookback", "branch_at", "expected"),
+    [
+        (5, 2, 0, 4),  # 2 decisions before the step that collided: decisions 4 and 5 lead into it
+        (5, 1, 0, 5),  # the decision whose step collided
+        (1, 4, 0, 0),  # not before the start
+        (None, 3, 2, 2),  # no infraction: the uniform branch point
+        (None, 3, 50, 7),  # ... or the last decision before the end
+        (5, 0, 3, 3),  # lookback 0: the uniform point, even though the plan fails later
+    ],
+)
+def test_branch_point_before_the_plans_first_infraction(fail_at, lookback, branch_at, expected):
+    from training.rollouts import Task, _branch_point
+
+    task = Task(uid=0, group=0, scenario="s", seed=0, branch_at=branch_at, failure_lookback=lookback)
+    snap, obs, _ = _branch_point(_ScriptedEnv(fail_at), _ConstantPlan(), task)
+    assert snap == {"t": expected} and int(obs["t"]) == expected
+
+
+def test_before_failure_tasks_draw_a_lookback_per_group():
+    from training.config import recipe_from_dict
+    from training.grpo import plan_tasks
+
+    recipe = recipe_from_dict({"rl": {"level": "step", "branch": "before_failure", "failure_lookback": 3,
+                                      "groups_per_iter": 20, "group_size": 4}})  # fmt: skip
+    tasks = plan_tasks(recipe, [("a-000", 20.0), ("b-000", 30.0)], iteration=0)
+    by_group: dict[int, set[int]] = {}
+    for t in tasks:
+        by_group.setdefault(t.group, set()).add(t.failure_lookback)
+    assert all(len(v) == 1 for v in by_group.values())  # a group shares its branch point
+    assert {v.pop() for v in by_group.values()} == {1, 2, 3}
+    uniform = plan_tasks(recipe.model_copy(update={"rl": recipe.rl.model_copy(update={"branch": "uniform"})}),
+                         [("a-000", 20.0), ("b-000", 30.0)], iteration=0)  # fmt: skip
+    assert all(t.failure_lookback == 0 for t in uniform)

@@ -89,6 +89,28 @@ def test_sde_log_probs_are_gaussian_densities_and_the_unchanged_ratio_is_one(sto
     assert ex.head.weight.grad is not None
 
 
+def test_sde_with_a_noise_level_per_dimension_explores_only_the_noisy_one():
+    ex, ctx = _expert(), _context()
+    gen = torch.Generator().manual_seed(5)
+    _, chain, mask, logp = sample_sde(ex, 2, ctx, noise_level=(0.0, 0.7), stochastic="all", generator=gen)
+    plan = sample_ode(ex, 2, ctx, noise_scale=0.0)
+    start = torch.zeros(2, 64, 2)
+    x0, chain0, _, _ = sample_sde(ex, 2, ctx, noise_level=(0.0, 0.7), stochastic="all", noise_scale=0.0,
+                                  generator=torch.Generator().manual_seed(5))  # fmt: skip
+    assert torch.equal(chain0[0], start) and not torch.allclose(x0[..., 1], plan[..., 1])  # curvature explored
+    # acceleration: every step is the plain ODE step from the chain's state (no noise on that dimension)
+    ref = torch.zeros(2)
+    with torch.no_grad():
+        for i in range(10):
+            v = ex(chain[i], torch.full((2,), i / 10), ctx)
+            assert torch.allclose(chain[i + 1][..., 0], (chain[i] + v / 10)[..., 0], atol=1e-5)
+            mean, std = _sde_step_params(chain[i], v, i, 10, 0.7)
+            ref += torch.distributions.Normal(mean[..., 1], std).log_prob(chain[i + 1][..., 1]).sum(1)
+    assert torch.allclose(logp, ref, rtol=1e-5, atol=1e-3)  # the density of the curvature alone
+    new = log_prob(ex, chain, mask, ctx, noise_level=(0.0, 0.7))
+    assert torch.equal(torch.exp(new - logp), torch.ones(2))
+
+
 def test_overfitting_eight_samples_drives_the_flow_loss_down():
     torch.manual_seed(0)
     ex = ActionExpert(ExpertConfig(hidden_size=64, intermediate_size=128, num_layers=1))

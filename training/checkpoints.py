@@ -134,10 +134,11 @@ def restore_trainer(path: str | Path, optimizer: torch.optim.Optimizer,
     return state
 
 
-def publish_final(run_dir: str | Path, checkpoint: Path) -> Path:
-    """``RUN/checkpoints/final``: a copy of the last checkpoint (loads as ``vla:RUN/checkpoints/final``)."""
-    final = checkpoint_dir(run_dir) / "final"
-    tmp = checkpoint_dir(run_dir) / f".tmp-final-{os.getpid()}"
+def publish_final(run_dir: str | Path, checkpoint: Path, name: str = "final") -> Path:
+    """``RUN/checkpoints/final`` (or ``name``): a copy of ``checkpoint``, replaced atomically (loads as
+    ``vla:RUN/checkpoints/final``)."""
+    final = checkpoint_dir(run_dir) / name
+    tmp = checkpoint_dir(run_dir) / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(checkpoint, tmp)
     if final.exists():

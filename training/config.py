@@ -29,6 +29,12 @@ class RecipeError(ValueError):
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @field_validator("normalise", mode="before", check_fields=False)
+    @classmethod
+    def _normalise_flag(cls, v: Any) -> Any:
+        """``normalise = true / false`` (the older boolean) still reads as "group" / "none"."""
+        return ("group" if v else "none") if isinstance(v, bool) else v
+
     @field_validator("split", mode="before", check_fields=False)
     @classmethod
     def _whole_bank(cls, v: Any) -> Any:
@@ -93,10 +99,23 @@ class EvalSection(_Section):
     reasoning: bool = False  # trajectory-only decisions are much faster on CPU
     noise: float = Field(1.0, ge=0)  # the flow's initial-noise scale (0: the deterministic plan)
     workers: int = 0
+    # a split (e.g. "val") for model selection: the periodic evaluations run there and ``final`` is the
+    # checkpoint that scored best (for RL, the starting policy is a candidate too); None: final = the last
+    select_on: str | None = None
 
 
 class RLSection(_Section):
     """Closed-loop RL (GRPO, PPO): rollouts on RLlib env runners, the update on the trainer."""
+
+    @field_validator("noise_level")
+    @classmethod
+    def _levels(cls, v: float | list[float]) -> float | list[float]:
+        levels = [v] if isinstance(v, float | int) else v
+        if isinstance(v, list) and len(v) != 2:
+            raise ValueError(f"give one noise level, or two: [accel, curvature]; got {len(v)}")
+        if any(x < 0 for x in levels) or not any(x > 0 for x in levels):
+            raise ValueError(f"noise levels must be >= 0 and at least one > 0; got {v}")
+        return v
 
     iterations: int = Field(40, ge=1)
     bank: str = "core"
@@ -111,7 +130,15 @@ class RLSection(_Section):
     # the reward over the branch horizon and "driving_score" drives each branch to the episode's end
     score: Literal["driving_score", "return"] = "driving_score"
     rewards: dict[str, float] | None = None  # the env's reward terms (None: the env's defaults)
-    normalise: bool = True  # (r - mean) / std per group, else r - mean
+    # advantage = r - group mean, divided by the group's std ("group"), the batch's ("batch") or nothing;
+    # true / false are read as "group" / "none"
+    normalise: Literal["group", "batch", "none"] = "group"
+    # step level: where a group branches: a uniform decision in the first 70% of the scenario, or
+    # "before_failure": 1..failure_lookback decisions before the deterministic plan's first infraction
+    # (collision, off-road, red light, stop sign, wrong way); uniform where it drives without one
+    branch: Literal["uniform", "before_failure"] = "uniform"
+    failure_lookback: int = Field(4, ge=1)
+    sampled_decisions: int = Field(1, ge=1)  # step level: a branch's first decisions drawn from the SDE
     variant: Literal["grpo", "dapo", "gspo", "aipo"] = "grpo"
     eps_low: float = Field(0.2, ge=0)
     eps_high: float = Field(0.28, ge=0)
@@ -119,7 +146,8 @@ class RLSection(_Section):
     rho_max: float = Field(2.0, gt=0)
     kl_coef: float = Field(0.0, ge=0)  # k3 KL to the frozen starting policy
     train: Literal["expert", "vlm", "both"] = "expert"  # which weights the policy gradient moves
-    noise_level: float = Field(0.5, gt=0)  # Flow-SDE noise level a
+    # Flow-SDE noise level a, or one per action dimension [accel, curvature] ([0, a]: explore steering only)
+    noise_level: float | list[float] = 0.5
     stochastic: Literal["one", "all"] = "one"  # denoising steps that are stochastic
     init_noise: float = Field(1.0, ge=0)  # scale of the flow's starting noise (0: around the deterministic plan)
     reasoning: bool = False  # sample the Chain-of-Causation too; its token log-probs join the objective

@@ -2,7 +2,8 @@
 
 One iteration:
   1. plan ``groups_per_iter`` groups of ``group_size`` tasks: the same scenario and seed G times
-     (episode level) or G branches from one snapshot at a random decision (step level);
+     (episode level) or G branches from one snapshot at a random decision, or a few decisions before
+     the deterministic plan's first infraction (step level);
   2. run them on RLlib env runners with the Flow-SDE policy (:mod:`training.rollouts`): every
      decision keeps its denoising chain and Gaussian log-prob;
   3. score each rollout (the episode's Driving Score, or the summed reward), normalise within its
@@ -30,7 +31,7 @@ from tqdm import tqdm
 from training.checkpoints import clean_stale, latest_checkpoint, load_trainer_state, save_checkpoint
 from training.config import Recipe, RecipeError
 from training.metrics_log import MetricsLogger
-from training.milestones import after_step, finish
+from training.milestones import after_step, before_first_step, finish
 from training.rl_losses import ClipConfig, group_advantages, informative_groups, policy_loss
 from training.rollouts import Rollout, RolloutWorkers, Task
 
@@ -77,8 +78,12 @@ def plan_tasks(recipe: Recipe, pool: list[tuple[str, float]], iteration: int, rn
         seed = int(rng.integers(2**31 - 1))
         last = max(1, int(DECISIONS_TO_BRANCH * duration / decision_s))
         branch_at = int(rng.integers(0, last)) if rl.level == "step" else 0
+        lookback = 0
+        if rl.level == "step" and rl.branch == "before_failure":
+            lookback = int(rng.integers(1, rl.failure_lookback + 1))
         for _ in range(rl.group_size):
-            tasks.append(Task(uid=uid, group=g + 1000 * rnd, scenario=scenario, seed=seed, branch_at=branch_at))
+            tasks.append(Task(uid=uid, group=g + 1000 * rnd, scenario=scenario, seed=seed, branch_at=branch_at,
+                              failure_lookback=lookback, sampled_decisions=rl.sampled_decisions))  # fmt: skip
             uid += 1
     return tasks
 
@@ -283,6 +288,7 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
     demos = Demonstrations(recipe) if rl.bc_weight > 0 else None
     pool = scenario_pool(recipe)
     logger = MetricsLogger(run_dir, resume_step=iteration)
+    before_first_step(recipe, start_path, evaluate_fn, logger, run_dir)
 
     def checkpoint(at: int) -> Path:
         return save_checkpoint(run_dir, at, policy, optimizer, {"iteration": at}, {"torch": torch.get_rng_state()},

@@ -34,7 +34,7 @@ from training.checkpoints import save_checkpoint
 from training.config import Recipe
 from training.grpo import _init_ray, env_config, starting_point
 from training.metrics_log import MetricsLogger
-from training.milestones import after_step, finish
+from training.milestones import after_step, before_first_step, finish
 from training.rl_losses import ClipConfig, clipped_loss, log_ratio
 
 VALUE_HEAD = "value_head.safetensors"
@@ -165,6 +165,7 @@ def train_ppo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
         algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
         iteration = _iteration_of(ckpt)
     logger = MetricsLogger(run_dir, resume_step=iteration)
+    before_first_step(recipe, start, evaluate_fn, logger, run_dir)
 
     def checkpoint(at: int) -> Path:
         path = save_checkpoint(run_dir, at, module.vla, None, {"iteration": at}, {}, recipe.checkpoint.keep_last)

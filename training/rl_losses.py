@@ -14,28 +14,38 @@ from typing import Literal
 import torch
 
 Variant = Literal["grpo", "dapo", "gspo", "aipo"]
+Normalise = Literal["group", "batch", "none"]
 LOG_RATIO_LIMIT = 20.0
 
 
-def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, normalise: bool = True,
+def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, normalise: Normalise | bool = "group",
                      eps: float = 1e-6) -> torch.Tensor:  # fmt: skip
-    """(r - group mean) / (group std + eps), or r - group mean with ``normalise=False``.
+    """The reward centred on its group's mean, then divided by a standard deviation:
 
-    The std is the unbiased sample std (as ``torch.std``); a group of one, or of equal rewards,
-    gets zero advantage.
+    - ``"group"`` (GRPO): its own group's, so every informative group weighs the same;
+    - ``"batch"``: the centred rewards' std over the whole batch (Dr. GRPO / REINFORCE++ style), so a
+      group whose rollouts differ by a collision outweighs one that differs by a few centimetres;
+    - ``"none"`` (or ``False``): not divided.
+
+    The stds are unbiased sample stds (as ``torch.std``); a group of one, or of equal rewards, gets
+    zero advantage.
     """
+    mode = ("group" if normalise else "none") if isinstance(normalise, bool) else normalise
+    if mode not in ("group", "batch", "none"):
+        raise ValueError(f"unknown advantage normalisation {normalise!r}; choose group, batch or none")
     rewards = rewards.double()
     _, index = torch.unique(groups, return_inverse=True)
     n_groups = int(index.max()) + 1 if len(index) else 0
     count = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, index, torch.ones_like(rewards))
     mean = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, index, rewards) / count
-    centred = rewards - mean[index]
-    if not normalise:
+    centred = torch.where(count[index] > 1, rewards - mean[index], torch.zeros_like(rewards))
+    if mode == "none":
         return centred.float()
+    if mode == "batch":
+        return (centred / (centred.std() + eps) if len(centred) > 1 else centred).float()
     sq = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, index, centred**2)
     std = torch.sqrt(sq / (count - 1).clamp_min(1))
-    adv = centred / (std[index] + eps)
-    return torch.where(count[index] > 1, adv, torch.zeros_like(adv)).float()
+    return (centred / (std[index] + eps)).float()
 
 
 def informative_groups(rewards: torch.Tensor, groups: torch.Tensor, tol: float = 1e-9) -> torch.Tensor:

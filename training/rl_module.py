@@ -59,7 +59,8 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         if mc.get("threads"):
             torch.set_num_threads(int(mc["threads"]))
         self.vla = VLA.from_pretrained(mc["path"])
-        self.noise_level = float(mc.get("noise_level", 0.5))
+        level = mc.get("noise_level", 0.5)  # one level, or one per action dimension
+        self.noise_level = float(level) if isinstance(level, int | float) else tuple(float(v) for v in level)
         self.stochastic = str(mc.get("stochastic", "one"))
         self.eval_noise = float(mc.get("eval_noise", 0.0))
         self.reasoning = bool(mc.get("reasoning", False))

@@ -41,6 +41,8 @@ class Task:
     scenario: str
     seed: int
     branch_at: int = 0  # step level: the decision to branch at
+    failure_lookback: int = 0  # step level, > 0: branch this many decisions before the plan's first infraction
+    sampled_decisions: int = 1  # step level: decisions of a branch drawn from the SDE before the plan takes over
 
 
 @dataclass
@@ -54,7 +56,7 @@ class Rollout:
     chains: np.ndarray  # [T, steps + 1, 64, 2]
     smasks: np.ndarray  # [T, steps] bool
     logp: np.ndarray  # [T]
-    rewards: np.ndarray  # [T] the env's composed reward per decision
+    rewards: np.ndarray  # [T] the env's composed reward per decision (a step-level branch: [1], its total)
     reward_terms: dict[str, float] = field(default_factory=dict)  # totals over the rollout
     metrics: dict[str, Any] | None = None  # the env's episode metrics (episode level)
     env_steps: int = 0
@@ -151,60 +153,102 @@ def _batch(obs_list: list[dict[str, np.ndarray]]) -> dict[str, Any]:
     return {Columns.OBS: {k: torch.from_numpy(np.stack([np.asarray(o[k]) for o in obs_list])) for k in obs_list[0]}}
 
 
-def _branch_rollouts(runner, tasks: list[Task], horizon: int, critic: str | None = None) -> list[Rollout]:
-    """Step level: one snapshot per group, one SDE decision per task, then ``horizon`` - 1 plan steps."""
+FAILURES = frozenset({"collision", "offroad", "red_light", "stop_sign", "wrong_way"})
+
+
+def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np.ndarray], int]:
+    """Reset to the task and drive the deterministic plan to its branch point: (snapshot, observation
+    there, env steps driven).
+
+    ``branch_at``: that decision, or the last one before the episode ends if it ends first. With
+    ``failure_lookback`` k > 0: k decisions before the decision whose step brought the plan's first
+    infraction (a group then compares decisions that may avoid it); ``branch_at`` if none comes.
+    """
     from ray.rllib.core.columns import Columns
 
+    env.set_tasks([(task.scenario, task.seed)])
+    obs, _ = env.reset()
+    points = [(env.snapshot(), obs)]  # the state at every decision driven so far
+    steps, failed_at = 0, None
+    last = None if task.failure_lookback else task.branch_at
+    with torch.no_grad():
+        while last is None or steps < last:
+            action = module.forward_inference(_batch([obs]))[Columns.ACTIONS][0].numpy()
+            obs, _, term, trunc, info = env.step(action)
+            if task.failure_lookback and any(e["type"] in FAILURES for e in info["events"]):
+                failed_at = steps
+                break
+            steps += 1
+            if term or trunc:  # ended first: branch at the last decision before the end
+                break
+            points.append((env.snapshot(), obs))
+    if failed_at is not None:
+        at = max(0, failed_at + 1 - task.failure_lookback)
+    else:
+        at = min(task.branch_at, len(points) - 1)
+    snap, obs = points[at]
+    return snap, obs, steps + (failed_at is not None)
+
+
+def _branch_rollouts(runner, tasks: list[Task], horizon: int, critic: str | None = None) -> list[Rollout]:
+    """Step level: one snapshot per group, then per task ``sampled_decisions`` SDE decisions (the first
+    one drawn for the whole group in one batch) and plan decisions up to ``horizon`` in all."""
     env, module = _drive_env(runner), runner.module
     out: list[Rollout] = []
     by_group: dict[int, list[Task]] = {}
     for t in tasks:
         by_group.setdefault(t.group, []).append(t)
     for group in by_group.values():
-        first = group[0]
-        env.set_tasks([(first.scenario, first.seed)])
-        obs, _ = env.reset()
-        snap, steps = env.snapshot(), 0
-        with torch.no_grad():
-            for _ in range(first.branch_at):  # drive there with the deterministic plan
-                action = module.forward_inference(_batch([obs]))[Columns.ACTIONS][0].numpy()
-                next_obs, _, term, trunc, _ = env.step(action)
-                steps += 1
-                if term or trunc:  # ended first: branch at the last decision before the end
-                    break
-                snap, obs = env.snapshot(), next_obs
+        snap, obs, steps = _branch_point(env, module, group[0])
         _, info_at_branch = env.restore(snap)
         with torch.no_grad():
-            sampled = module.forward_exploration(_batch([obs] * len(group)))
+            first = module.forward_exploration(_batch([obs] * len(group)))
         for i, task in enumerate(group):
-            obs_i, _ = env.restore(snap)
-            action = sampled[Columns.ACTIONS][i].numpy()
-            rewards, terms, n, final = [], {}, 0, None
-            for h in range(horizon):
-                obs_i, r, term, trunc, info = env.step(action)
-                rewards.append(r)
-                n += 1
-                for k, v in info["reward_terms"].items():
-                    terms[k] = terms.get(k, 0.0) + float(v)
-                if term or trunc:
-                    final = info.get("metrics")
-                    break
-                if h + 1 < horizon:
-                    with torch.no_grad():
-                        action = module.forward_inference(_batch([obs_i]))[Columns.ACTIONS][0].numpy()
-            rollout = Rollout(
-                uid=task.uid, group=task.group, scenario=task.scenario, observations=[obs],
-                chains=sampled[CHAIN][i : i + 1].numpy(), smasks=sampled[SMASK][i : i + 1].numpy() > 0.5,
-                logp=sampled[Columns.ACTION_LOGP][i : i + 1].numpy(),
-                rewards=np.asarray([sum(rewards)], np.float32), reward_terms=terms, env_steps=n + steps,
-                metrics=final,
-            )  # fmt: skip
-            if REASONING_IDS in sampled:
-                _add_reasoning(runner, rollout, sampled[REASONING_IDS][i : i + 1].numpy(),
-                               sampled[TEXT_LOGP][i : i + 1].numpy(), sampled[TRAJ_LOGP][i : i + 1].numpy(),
-                               sampled[Columns.ACTIONS][i : i + 1].numpy(), [info_at_branch], critic)  # fmt: skip
-            out.append(rollout)
+            env.restore(snap)
+            sample = {k: v[i : i + 1] for k, v in first.items()}
+            out.append(_branch(runner, env, module, task, obs, sample, info_at_branch, horizon, steps, critic))
     return out
+
+
+def _branch(runner, env, module, task: Task, obs, sample: dict[str, torch.Tensor], info: dict[str, Any],
+            horizon: int, steps_before: int, critic: str | None) -> Rollout:  # fmt: skip
+    """One branch from the restored snapshot, whose first decision is ``sample``."""
+    from ray.rllib.core.columns import Columns
+
+    decisions = [(obs, sample, info)]  # every sampled decision: its observation, module outputs and info
+    action = sample[Columns.ACTIONS][0].numpy()
+    rewards, terms, n, final = [], {}, 0, None
+    for h in range(horizon):
+        obs, r, term, trunc, info = env.step(action)
+        rewards.append(r)
+        n += 1
+        for k, v in info["reward_terms"].items():
+            terms[k] = terms.get(k, 0.0) + float(v)
+        if term or trunc:
+            final = info.get("metrics")
+            break
+        if h + 1 < horizon:
+            with torch.no_grad():
+                if h + 1 < task.sampled_decisions:
+                    sample = module.forward_exploration(_batch([obs]))
+                    decisions.append((obs, sample, info))
+                    action = sample[Columns.ACTIONS][0].numpy()
+                else:
+                    action = module.forward_inference(_batch([obs]))[Columns.ACTIONS][0].numpy()
+
+    def stacked(key: str) -> np.ndarray:
+        return np.concatenate([d[1][key].numpy() for d in decisions])
+
+    rollout = Rollout(
+        uid=task.uid, group=task.group, scenario=task.scenario, observations=[d[0] for d in decisions],
+        chains=stacked(CHAIN), smasks=stacked(SMASK) > 0.5, logp=stacked(Columns.ACTION_LOGP),
+        rewards=np.asarray([sum(rewards)], np.float32), reward_terms=terms, env_steps=n + steps_before,
+        metrics=final,
+    )  # fmt: skip
+    if REASONING_IDS in sample:
+        _add_reasoning(runner, rollout, stacked(REASONING_IDS), stacked(TEXT_LOGP), stacked(TRAJ_LOGP),
+                       stacked(Columns.ACTIONS), [d[2] for d in decisions], critic)  # fmt: skip
+    return rollout
 
 
 def _run(runner, plan: dict[int, list[Task]], weights, level: str, horizon: int,

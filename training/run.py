@@ -31,15 +31,17 @@ def make_evaluator(recipe: Recipe, agent: str | None = None):
     from scenarios import load_bank
 
     e, d = recipe.eval, recipe.data
-    ids = [s.id for s in load_bank(e.bank, split=e.split).scenarios]
-    ids = ids[: e.scenarios] if e.scenarios else None
 
-    def run(checkpoint: Path, out: Path) -> dict[str, Any]:
+    def run(checkpoint: Path, out: Path, split: str | None = None) -> dict[str, Any]:
+        """Evaluate on the eval split, or on ``split`` (model selection) with the same settings."""
+        split = split or e.split
+        ids = [s.id for s in load_bank(e.bank, split=split).scenarios]
+        ids = ids[: e.scenarios] if e.scenarios else None
         spec = f"vla:{checkpoint}?reasoning={int(e.reasoning)}&noise={e.noise:g}"
         decision_every = d.decision_every
         if agent is not None:  # a control policy renews its command every world step, as in training
             spec, decision_every = agent.format(checkpoint=checkpoint), 1
-        cfg = EvalConfig(bank=e.bank, split=e.split, agent=spec, scenarios=ids, workers=e.workers, rigs=[d.rig],
+        cfg = EvalConfig(bank=e.bank, split=split, agent=spec, scenarios=ids, workers=e.workers, rigs=[d.rig],
                          n_frames=d.n_frames, decision_every=decision_every, camera_size=tuple(d.camera_size),
                          episode_timeout_s=3600)  # fmt: skip
         return evaluate(cfg, out, progress=False)

@@ -15,6 +15,7 @@ its log-probability is exact and can be recomputed under new weights (``log_prob
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -188,32 +189,47 @@ def sample_ode(expert: ActionExpert, batch: int, context: Context | None = None,
     return x
 
 
-def _sde_step_params(x, v, i: int, steps: int, noise_level: float):
-    """Mean and std of the Flow-GRPO SDE step i (Alpamayo t = i / steps -> s = 1 - t)."""
+NoiseLevel = float | Sequence[float]  # one level, or one per action dimension (accel, curvature)
+
+
+def _sde_step_params(x, v, i: int, steps: int, noise_level: NoiseLevel):
+    """Mean and std of the Flow-GRPO SDE step i (Alpamayo t = i / steps -> s = 1 - t). A per-dimension
+    ``noise_level`` gives a per-dimension std; a dimension at level 0 takes the plain ODE step."""
     dt = -1.0 / steps
     s = 1.0 - i / steps
     s_sigma = min(s, 1.0 - 1.0 / steps)  # s = 1 makes sigma infinite: use the next grid point there
-    sigma = noise_level * math.sqrt(s_sigma / (1 - s_sigma))
+    level = noise_level if isinstance(noise_level, float | int) else torch.as_tensor(noise_level, dtype=x.dtype,
+                                                                                        device=x.device)  # fmt: skip
+    sigma = level * math.sqrt(s_sigma / (1 - s_sigma))
     v_s = -v
     mean = x * (1 + sigma**2 * dt / (2 * s)) + v_s * (1 + sigma**2 * (1 - s) / (2 * s)) * dt
     return mean, sigma * math.sqrt(-dt)
 
 
-def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: float) -> torch.Tensor:
-    """Sum over all but the batch dimension of log N(x; mean, std^2)."""
-    z = (x - mean) / std
-    per = -0.5 * z * z - math.log(std) - 0.5 * math.log(2 * math.pi)
+def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: float | torch.Tensor) -> torch.Tensor:
+    """Sum over all but the batch dimension of log N(x; mean, std^2); ``std`` may be per last dimension,
+    and a dimension with std 0 (deterministic) adds nothing."""
+    if isinstance(std, float | int):
+        z = (x - mean) / std
+        per = -0.5 * z * z - math.log(std) - 0.5 * math.log(2 * math.pi)
+        return per.flatten(1).sum(1)
+    noisy = std > 0
+    safe = torch.where(noisy, std, torch.ones_like(std))
+    z = (x - mean) / safe
+    per = torch.where(noisy, -0.5 * z * z - torch.log(safe) - 0.5 * math.log(2 * math.pi), torch.zeros_like(z))
     return per.flatten(1).sum(1)
 
 
 def sample_sde(expert: ActionExpert, batch: int, context: Context | None = None, context_mask=None, steps: int = 10,
-               noise_level: float = 0.5, stochastic: str = "one", generator: torch.Generator | None = None,
+               noise_level: NoiseLevel = 0.5, stochastic: str = "one", generator: torch.Generator | None = None,
                device=None, dtype=torch.float32, state: torch.Tensor | None = None,
                noise_scale: float = 1.0):  # fmt: skip
     """Sample with the ODE turned into an SDE on ``stochastic`` steps ("one" random step, or "all").
 
     ``noise_scale`` scales the starting noise as in :func:`sample_ode` (0: explore around the
     deterministic plan; the start is not part of the log-prob, which covers the stochastic steps).
+    ``noise_level`` per action dimension, e.g. ``(0.0, 0.5)``, explores the curvature only: the
+    acceleration then follows the ODE and stays out of the log-prob.
 
     Returns (actions [B, 64, 2], chain [steps + 1, B, 64, 2], stochastic mask [steps] bool,
     log-prob [B] summed over the stochastic steps).
@@ -249,7 +265,7 @@ def log_prob(
     mask: torch.Tensor,
     context: Context | None = None,
     context_mask=None,
-    noise_level: float = 0.5,
+    noise_level: NoiseLevel = 0.5,
     state: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log-probability [B] of a stored denoising chain under the expert's current weights (with grad).

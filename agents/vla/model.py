@@ -23,7 +23,15 @@ from torch.nn import functional as F
 from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessorPil
 
 from agents.vla import action_space
-from agents.vla.flow import ActionExpert, ExpertConfig, flow_matching_loss, log_prob, sample_ode, sample_sde
+from agents.vla.flow import (
+    ActionExpert,
+    ExpertConfig,
+    NoiseLevel,
+    flow_matching_loss,
+    log_prob,
+    sample_ode,
+    sample_sde,
+)
 from agents.vla.tokenizer import (
     COMMANDS,
     COT_END,
@@ -306,7 +314,7 @@ class VLA(nn.Module):
         return [{"trajectory": traj[i], "reasoning": texts[i]} for i in range(len(observations))]
 
     # --- RL hooks ------------------------------------------------------------------------------------------------
-    def sample_with_log_prob(self, observations, noise_level: float = 0.5, stochastic: str = "one",
+    def sample_with_log_prob(self, observations, noise_level: NoiseLevel = 0.5, stochastic: str = "one",
                              generator: torch.Generator | None = None, reasoning: bool = False,
                              temperature: float = 1.0, init_noise: float = 1.0):  # fmt: skip
         """Flow-SDE sampling: trajectories, the denoising chain, its stochastic-step mask and log-probs.
@@ -368,12 +376,12 @@ class VLA(nn.Module):
         after = torch.cumsum(is_stop.long(), 1) - is_stop.long()  # stops strictly before each position
         return after == 0
 
-    def chain_log_prob(self, observations, chain, smask, noise_level: float = 0.5, train_vlm: bool = False):
+    def chain_log_prob(self, observations, chain, smask, noise_level: NoiseLevel = 0.5, train_vlm: bool = False):
         batch = self.prepare(observations)
         ctx, mask = self.encode(batch, grad=train_vlm)
         return log_prob(self.expert, chain, smask, ctx, mask, noise_level, state=batch["state"])
 
-    def joint_log_prob(self, observations, reasoning_ids: torch.Tensor, chain, smask, noise_level: float = 0.5,
+    def joint_log_prob(self, observations, reasoning_ids: torch.Tensor, chain, smask, noise_level: NoiseLevel = 0.5,
                        temperature: float = 1.0, train_vlm: bool = True):  # fmt: skip
         """(reasoning token log-prob [B], trajectory chain log-prob [B]) of stored samples, with grad:
         one teacher-forced pass over prompt + reasoning gives the token logits and the expert's cache,
