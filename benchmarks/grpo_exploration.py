@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
     import numpy as np
     import ray
 
-    from benchmarks.machine import machine_info
+    from benchmarks.machine import emit, machine_info
     from training.config import load_recipe
     from training.grpo import branch_length, env_config, plan_tasks, scenario_pool, score_of
     from training.rollouts import RolloutWorkers
@@ -100,11 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
         "recipe": args.config,
         "results": results,
     }
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return out
+    return emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Machine description and core pinning shared by the benchmarks."""
+"""Machine description, core pinning and JSON output shared by the benchmarks."""
 
 from __future__ import annotations
 
@@ -44,3 +44,15 @@ def pin_to_one_core() -> int | None:
         os.sched_setaffinity(0, {core})
         return core
     return None
+
+
+def emit(result: dict, out: str | None = None) -> dict:
+    """Print a benchmark's JSON result, and write it to ``out`` when given."""
+    import json
+    from pathlib import Path
+
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+    return result

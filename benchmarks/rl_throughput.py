@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from agents.vla.model import VLA, VLAConfig
+    from benchmarks.machine import emit
     from training.config import recipe_from_dict
     from training.grpo import env_config, samples_of, set_trainable, update
     from training.rl_losses import group_advantages
@@ -96,11 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
         "env": "smoke bank, 4 cameras 128x256 -> 56x112, 1 frame, decision every 0.5 s",
         "results": results,
     }
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return out
+    return emit(out, args.out)
 
 
 if __name__ == "__main__":
