@@ -29,12 +29,6 @@ class RecipeError(ValueError):
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    @field_validator("normalise", mode="before", check_fields=False)
-    @classmethod
-    def _normalise_flag(cls, v: Any) -> Any:
-        """``normalise = true / false`` (the older boolean) still reads as "group" / "none"."""
-        return ("group" if v else "none") if isinstance(v, bool) else v
-
     @field_validator("split", mode="before", check_fields=False)
     @classmethod
     def _whole_bank(cls, v: Any) -> Any:
@@ -106,6 +100,12 @@ class EvalSection(_Section):
 
 class RLSection(_Section):
     """Closed-loop RL (GRPO, PPO): rollouts on RLlib env runners, the update on the trainer."""
+
+    @field_validator("normalise", mode="before")
+    @classmethod
+    def _normalise_flag(cls, v: Any) -> Any:
+        """``normalise = true / false`` (the older boolean) still reads as "group" / "none"."""
+        return ("group" if v else "none") if isinstance(v, bool) else v
 
     @field_validator("noise_level")
     @classmethod
