@@ -175,10 +175,10 @@ def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np
         while last is None or steps < last:
             action = module.forward_inference(_batch([obs]))[Columns.ACTIONS][0].numpy()
             obs, _, term, trunc, info = env.step(action)
-            if task.failure_lookback and any(e["type"] in FAILURES for e in info["events"]):
-                failed_at = steps
-                break
             steps += 1
+            if task.failure_lookback and any(e["type"] in FAILURES for e in info["events"]):
+                failed_at = steps - 1  # the decision whose step brought it
+                break
             if term or trunc:  # ended first: branch at the last decision before the end
                 break
             points.append((env.snapshot(), obs))
@@ -187,7 +187,7 @@ def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np
     else:
         at = min(task.branch_at, len(points) - 1)
     snap, obs = points[at]
-    return snap, obs, steps + (failed_at is not None)
+    return snap, obs, steps
 
 
 def _branch_rollouts(runner, tasks: list[Task], horizon: int, critic: str | None = None) -> list[Rollout]:
