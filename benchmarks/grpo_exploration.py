@@ -7,7 +7,8 @@ Before any update, plans ``--iterations`` iterations of the recipe's step-level 
 with the recipe's starting policy, once per ``--setting`` (a JSON dict of ``[rl]`` keys laid over the
 recipe). For each setting it prints the share of groups where some branch collides (or leaves the
 road) and the share where branches *disagree* on it: only those groups carry a policy gradient about
-that infraction. Also the mean within-group std of the score. The default settings are the ones the
+that infraction. With a ``blocked`` reward term, the same for stalls (standing still 2.5 s or more with
+nothing in the way). Also the mean within-group std of the score. The default settings are the ones the
 README's RL section quotes. Prints JSON (and writes it with ``--out``).
 """
 
@@ -38,8 +39,11 @@ DEFAULT_SETTINGS = [
 ]  # fmt: skip
 
 
-def _share(groups: list[list], term: str, disagree: bool) -> float:
-    hits = [{r.reward_terms.get(term, 0.0) > 0 for r in g} for g in groups]
+STALL_STEPS = 25  # a branch "stalls" when it stands blocked 2.5 s (25 simulator steps) or more
+
+
+def _share(groups: list[list], term: str, disagree: bool, above: float = 0.0) -> float:
+    hits = [{r.reward_terms.get(term, 0.0) > above for r in g} for g in groups]
     return sum((len(h) > 1) if disagree else (True in h) for h in hits) / max(1, len(groups))
 
 
@@ -88,6 +92,9 @@ def main(argv: list[str] | None = None) -> dict:
             "collision_disagree": round(_share(gs, "collision", True), 3),
             "offroad_groups": round(_share(gs, "offroad", False), 3),
             "offroad_disagree": round(_share(gs, "offroad", True), 3),
+            **({"stall_groups": round(_share(gs, "blocked", False, STALL_STEPS), 3),
+                "stall_disagree": round(_share(gs, "blocked", True, STALL_STEPS), 3)}
+               if "blocked" in (rl.rewards or {}) else {}),
             "score_std_in_group": round(float(np.mean([np.std([score_of(x, rl) for x in g], ddof=1) for g in gs])), 3),
             "seconds": round(time.perf_counter() - t0, 1),
         })  # fmt: skip

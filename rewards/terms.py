@@ -12,7 +12,7 @@ import numpy as np
 
 from rewards.comfort import comfort_checks
 from rewards.registry import register
-from rewards.transition import Transition
+from rewards.transition import EgoState, Transition
 
 TTC_THRESHOLD = 0.95  # s, nuPlan's time-to-collision bound
 
@@ -107,11 +107,16 @@ def comfort(t: Transition) -> float:
     return 1.0 - sum(checks.values()) / len(checks)
 
 
+def standing_blocked(s: EgoState) -> bool:
+    """The ego stands still with nothing in its way: no lead within 10 m, no stop line it must keep to
+    within 10 m (a red light, or a stop sign it has not stopped at yet)."""
+    return s.speed < 0.1 and s.lead_gap > 10.0 and s.stop_ahead > 10.0
+
+
 @register("blocked")
 def blocked(t: Transition) -> float:
-    """1 while the ego stands still with nothing in its way (no lead within 10 m, no red light)."""
-    s = t.state
-    return 1.0 if s.speed < 0.1 and s.lead_gap > 10.0 and s.stop_ahead > 10.0 else 0.0
+    """1 while the ego stands still with nothing in its way (see :func:`standing_blocked`)."""
+    return 1.0 if standing_blocked(t.state) else 0.0
 
 
 @register("min_speed")

@@ -377,10 +377,18 @@ def test_step_level_branch_samples_its_first_decisions_and_keeps_each_one(ray_lo
 
 class _ScriptedEnv:
     """A stand-in env for :func:`_branch_point`: decision t's snapshot is ``{"t": t}``; the step out of
-    decision ``fail_at`` reports a collision; the episode ends after ``length`` steps."""
+    decision ``fail_at`` reports a collision; from the step out of decision ``stall_from`` on, the ego
+    stands still with nothing in its way; the episode ends after ``length`` steps."""
 
-    def __init__(self, fail_at: int | None, length: int = 8) -> None:
-        self.fail_at, self.length, self.t = fail_at, length, 0
+    def __init__(self, fail_at: int | None, length: int = 8, stall_from: int | None = None) -> None:
+        self.fail_at, self.length, self.stall_from, self.t = fail_at, length, stall_from, 0
+        self.unwrapped = self.world = self  # env.unwrapped.world.ego_record(), as LoopDriveEnv has it
+
+    def ego_record(self):
+        from types import SimpleNamespace
+
+        standing = self.stall_from is not None and self.t > self.stall_from
+        return SimpleNamespace(speed=0.0 if standing else 5.0, lead_gap=float("inf"), stop_ahead=float("inf"))
 
     def set_tasks(self, tasks) -> None:
         pass
@@ -424,13 +432,33 @@ def test_branch_point_before_the_plans_first_infraction(fail_at, lookback, branc
     assert snap == {"t": expected} and int(obs["t"]) == expected
 
 
+@pytest.mark.parametrize(
+    ("stall_from", "stall_decisions", "lookback", "fail_at", "expected"),
+    [
+        (3, 2, 1, None, 4),  # standing after decisions 3 and 4: the stall is complete at 4
+        (3, 2, 2, None, 3),  # ... 2 back: the decision the ego stopped in
+        (3, 2, 1, 2, 2),  # an infraction first wins
+        (3, 0, 1, None, 1),  # stall_decisions 0: a stall is no failure (the uniform point)
+        (6, 3, 1, None, 1),  # the episode ends before the stall is complete: the uniform point
+    ],
+)
+def test_branch_point_at_a_stall(stall_from, stall_decisions, lookback, fail_at, expected):
+    from training.rollouts import Task, _branch_point
+
+    task = Task(uid=0, group=0, scenario="s", seed=0, branch_at=1, failure_lookback=lookback,
+                stall_decisions=stall_decisions)  # fmt: skip
+    snap, _, _ = _branch_point(_ScriptedEnv(fail_at, stall_from=stall_from), _ConstantPlan(), task)
+    assert snap == {"t": expected}
+
+
 def test_before_failure_tasks_draw_a_lookback_per_group():
     from training.config import recipe_from_dict
     from training.grpo import plan_tasks
 
     recipe = recipe_from_dict({"rl": {"level": "step", "branch": "before_failure", "failure_lookback": 3,
-                                      "groups_per_iter": 20, "group_size": 4}})  # fmt: skip
+                                      "groups_per_iter": 20, "group_size": 4, "stall_decisions": 4}})  # fmt: skip
     tasks = plan_tasks(recipe, [("a-000", 20.0), ("b-000", 30.0)], iteration=0)
+    assert {t.stall_decisions for t in tasks} == {4}
     by_group: dict[int, set[int]] = {}
     for t in tasks:
         by_group.setdefault(t.group, set()).add(t.failure_lookback)

@@ -135,9 +135,11 @@ class RLSection(_Section):
     normalise: Literal["group", "batch", "none"] = "group"
     # step level: where a group branches: a uniform decision in the first 70% of the scenario, or
     # "before_failure": 1..failure_lookback decisions before the deterministic plan's first infraction
-    # (collision, off-road, red light, stop sign, wrong way); uniform where it drives without one
+    # (collision, off-road, red light, stop sign, wrong way); uniform where it drives without one.
+    # stall_decisions n > 0: standing still n decisions with nothing in the way is a failure too
     branch: Literal["uniform", "before_failure"] = "uniform"
     failure_lookback: int = Field(4, ge=1)
+    stall_decisions: int = Field(0, ge=0)
     sampled_decisions: int = Field(1, ge=1)  # step level: a branch's first decisions drawn from the SDE
     variant: Literal["grpo", "dapo", "gspo", "aipo"] = "grpo"
     eps_low: float = Field(0.2, ge=0)

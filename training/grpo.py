@@ -83,7 +83,8 @@ def plan_tasks(recipe: Recipe, pool: list[tuple[str, float]], iteration: int, rn
             lookback = int(rng.integers(1, rl.failure_lookback + 1))
         for _ in range(rl.group_size):
             tasks.append(Task(uid=uid, group=g + 1000 * rnd, scenario=scenario, seed=seed, branch_at=branch_at,
-                              failure_lookback=lookback, sampled_decisions=rl.sampled_decisions))  # fmt: skip
+                              failure_lookback=lookback, sampled_decisions=rl.sampled_decisions,
+                              stall_decisions=rl.stall_decisions))  # fmt: skip
             uid += 1
     return tasks
 

@@ -43,6 +43,7 @@ class Task:
     branch_at: int = 0  # step level: the decision to branch at
     failure_lookback: int = 0  # step level, > 0: branch this many decisions before the plan's first infraction
     sampled_decisions: int = 1  # step level: decisions of a branch drawn from the SDE before the plan takes over
+    stall_decisions: int = 0  # with failure_lookback: standing still this many decisions, nothing in the way, fails
 
 
 @dataclass
@@ -163,20 +164,28 @@ def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np
     ``branch_at``: that decision, or the last one before the episode ends if it ends first. With
     ``failure_lookback`` k > 0: k decisions before the decision whose step brought the plan's first
     infraction (a group then compares decisions that may avoid it); ``branch_at`` if none comes.
+    With ``stall_decisions`` n > 0 a stall is a failure too: the plan standing still for n decisions
+    with nothing in its way (a behaviour-cloned policy that copies its own standstill never restarts).
     """
     from ray.rllib.core.columns import Columns
+
+    from rewards.terms import standing_blocked
 
     env.set_tasks([(task.scenario, task.seed)])
     obs, _ = env.reset()
     points = [(env.snapshot(), obs)]  # the state at every decision driven so far
-    steps, failed_at = 0, None
+    steps, failed_at, standing = 0, None, 0
     last = None if task.failure_lookback else task.branch_at
     with torch.no_grad():
         while last is None or steps < last:
             action = module.forward_inference(_batch([obs]))[Columns.ACTIONS][0].numpy()
             obs, _, term, trunc, info = env.step(action)
             steps += 1
-            if task.failure_lookback and any(e["type"] in FAILURES for e in info["events"]):
+            stalled = False
+            if task.failure_lookback and task.stall_decisions:
+                standing = standing + 1 if standing_blocked(env.unwrapped.world.ego_record()) else 0
+                stalled = standing >= task.stall_decisions
+            if task.failure_lookback and (stalled or any(e["type"] in FAILURES for e in info["events"])):
                 failed_at = steps - 1  # the decision whose step brought it
                 break
             if term or trunc:  # ended first: branch at the last decision before the end
