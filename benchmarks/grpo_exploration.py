@@ -7,9 +7,10 @@ Before any update, plans ``--iterations`` iterations of the recipe's step-level 
 with the recipe's starting policy, once per ``--setting`` (a JSON dict of ``[rl]`` keys laid over the
 recipe). For each setting it prints the share of groups where some branch collides (or leaves the
 road) and the share where branches *disagree* on it: only those groups carry a policy gradient about
-that infraction. With a ``blocked`` reward term, the same for stalls (standing still 2.5 s or more with
-nothing in the way). Also the mean within-group std of the score. The default settings are the ones the
-README's RL section quotes. Prints JSON (and writes it with ``--out``).
+that infraction. With a ``blocked`` reward term (weight 0 counts it without paying for it), the same
+for stalls: standing still 2.5 s or more with nothing in the way. Also the mean within-group std of
+the score. The default settings are the ones the README's RL section quotes. Prints JSON (and writes
+it with ``--out``).
 """
 
 from __future__ import annotations
