@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rewards.terms import standing_blocked
 from training.rl_module import CHAIN, REASONING_IDS, SMASK, TEXT_LOGP, TRAJ_LOGP
 
 log = logging.getLogger(__name__)
@@ -168,8 +169,6 @@ def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np
     with nothing in its way (a behaviour-cloned policy that copies its own standstill never restarts).
     """
     from ray.rllib.core.columns import Columns
-
-    from rewards.terms import standing_blocked
 
     env.set_tasks([(task.scenario, task.seed)])
     obs, _ = env.reset()
