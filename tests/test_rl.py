@@ -414,41 +414,95 @@ class _ConstantPlan:
 
 
 @pytest.mark.parametrize(
-    ("fail_at", "lookback", "branch_at", "expected"),
+    ("fail_at", "lookback", "branch_at", "expected", "kind"),
     [
-        (5, 2, 0, 4),  # 2 decisions before the step that collided: decisions 4 and 5 lead into it
-        (5, 1, 0, 5),  # the decision whose step collided
-        (1, 4, 0, 0),  # not before the start
-        (None, 3, 2, 2),  # no infraction: the uniform branch point
-        (None, 3, 50, 7),  # ... or the last decision before the end
-        (5, 0, 3, 3),  # lookback 0: the uniform point, even though the plan fails later
+        (5, 2, 0, 4, "failure"),  # 2 decisions before the step that collided: decisions 4 and 5 lead into it
+        (5, 1, 0, 5, "failure"),  # the decision whose step collided
+        (1, 4, 0, 0, "failure"),  # not before the start
+        (None, 3, 2, 2, "point"),  # no infraction: the uniform branch point
+        (None, 3, 50, 7, "point"),  # ... or the last decision before the end
+        (5, 0, 3, 3, "point"),  # lookback 0: the uniform point, even though the plan fails later
     ],
 )
-def test_branch_point_before_the_plans_first_infraction(fail_at, lookback, branch_at, expected):
+def test_branch_point_before_the_plans_first_infraction(fail_at, lookback, branch_at, expected, kind):
     from training.rollouts import Task, _branch_point
 
     task = Task(uid=0, group=0, scenario="s", seed=0, branch_at=branch_at, failure_lookback=lookback)
-    snap, obs, _ = _branch_point(_ScriptedEnv(fail_at), _ConstantPlan(), task)
-    assert snap == {"t": expected} and int(obs["t"]) == expected
+    snap, obs, _, why = _branch_point(_ScriptedEnv(fail_at), _ConstantPlan(), task)
+    assert snap == {"t": expected} and int(obs["t"]) == expected and why == kind
 
 
 @pytest.mark.parametrize(
-    ("stall_from", "stall_decisions", "lookback", "fail_at", "expected"),
+    ("stall_from", "stall_decisions", "lookback", "fail_at", "expected", "kind"),
     [
-        (3, 2, 1, None, 4),  # standing after decisions 3 and 4: the stall is complete at 4
-        (3, 2, 2, None, 3),  # ... 2 back: the decision the ego stopped in
-        (3, 2, 1, 2, 2),  # an infraction first wins
-        (3, 0, 1, None, 1),  # stall_decisions 0: a stall is no failure (the uniform point)
-        (6, 3, 1, None, 1),  # the episode ends before the stall is complete: the uniform point
+        (3, 2, 1, None, 4, "stall"),  # standing after decisions 3 and 4: the stall is complete at 4
+        (3, 2, 2, None, 3, "stall"),  # ... 2 back: the decision the ego stopped in
+        (3, 2, 1, 2, 2, "failure"),  # an infraction first wins
+        (3, 0, 1, None, 1, "point"),  # stall_decisions 0: a stall is no failure (the uniform point)
+        (6, 3, 1, None, 1, "point"),  # the episode ends before the stall is complete: the uniform point
     ],
 )
-def test_branch_point_at_a_stall(stall_from, stall_decisions, lookback, fail_at, expected):
+def test_branch_point_at_a_stall(stall_from, stall_decisions, lookback, fail_at, expected, kind):
     from training.rollouts import Task, _branch_point
 
     task = Task(uid=0, group=0, scenario="s", seed=0, branch_at=1, failure_lookback=lookback,
                 stall_decisions=stall_decisions)  # fmt: skip
-    snap, _, _ = _branch_point(_ScriptedEnv(fail_at, stall_from=stall_from), _ConstantPlan(), task)
-    assert snap == {"t": expected}
+    snap, _, _, why = _branch_point(_ScriptedEnv(fail_at, stall_from=stall_from), _ConstantPlan(), task)
+    assert snap == {"t": expected} and why == kind
+
+
+class _RecordingPlan(_ConstantPlan):
+    """A module that notes the noise level each of its exploration calls sampled with."""
+
+    def __init__(self) -> None:
+        self.noise_level, self.explored_with = (0.0, 0.5), []
+
+    def forward_exploration(self, batch):
+        from ray.rllib.core.columns import Columns
+
+        from training.rl_module import CHAIN, SMASK
+
+        n = len(next(iter(batch[Columns.OBS].values())))
+        self.explored_with.append(self.noise_level)
+        return {Columns.ACTIONS: torch.zeros(n, 2), CHAIN: torch.zeros(n, 3, 64, 2), SMASK: torch.ones(n, 2),
+                Columns.ACTION_LOGP: torch.zeros(n)}  # fmt: skip
+
+
+class _BranchingEnv(_ScriptedEnv):
+    def restore(self, snap):
+        self.t = snap["t"]
+        return {"t": np.array(self.t)}, {}
+
+    def step(self, action):
+        obs, r, term, trunc, info = super().step(action)
+        return obs, r, term, trunc, info | {"reward_terms": {"progress": 1.0}}
+
+
+@pytest.mark.parametrize(("stall_from", "fail_at", "kind"), [(2, None, "stall"), (None, 3, "failure")])
+def test_a_group_branched_at_a_stall_explores_with_the_stall_noise_level(monkeypatch, stall_from, fail_at, kind):
+    from types import SimpleNamespace
+
+    from training import rollouts as ro
+    from training.grpo import samples_of
+
+    env, plan = _BranchingEnv(fail_at, length=12, stall_from=stall_from), _RecordingPlan()
+    monkeypatch.setattr(ro, "_drive_env", lambda runner: env)
+    tasks = [ro.Task(uid=i, group=0, scenario="s", seed=0, failure_lookback=1, sampled_decisions=2, stall_decisions=2,
+                     stall_noise_level=(1.0, 0.5)) for i in range(3)]  # fmt: skip
+    out = ro._branch_rollouts(SimpleNamespace(module=plan), tasks, horizon=4)
+    stalled = kind == "stall"
+    assert [r.branch for r in out] == [kind] * 3
+    assert [r.noise_level for r in out] == [(1.0, 0.5) if stalled else None] * 3
+    assert set(plan.explored_with) == {(1.0, 0.5) if stalled else (0.0, 0.5)}  # every sampled decision
+    assert plan.noise_level == (0.0, 0.5)  # and the module's own level is back
+    batch = samples_of(out, torch.zeros(3), noise_level=[0.0, 0.5])
+    if stalled:  # the learner takes each sample's log-prob under the level it was drawn with
+        assert batch["noise"].tolist() == [[1.0, 0.5]] * 6
+        out[0].noise_level = None  # a rollout that explored with the recipe's level, in the same batch
+        assert samples_of(out, torch.zeros(3), noise_level=[0.0, 0.5])["noise"].tolist()[:3] == [
+            [0.0, 0.5], [0.0, 0.5], [1.0, 0.5]]  # fmt: skip
+    else:
+        assert "noise" not in batch
 
 
 def test_before_failure_tasks_draw_a_lookback_per_group():

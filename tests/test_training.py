@@ -171,6 +171,10 @@ def test_recipe_validation_and_overrides(tmp_path):
     with pytest.raises(RecipeError, match=r"train\.steps"):
         load_recipe(None, ["train.steps=-1"])
     assert run_main(["--config", str(tmp_path / "missing.toml")]) == 2
+    with pytest.raises(RecipeError, match=r"stall_noise_level needs"):  # a level for stalls, but no stalls
+        load_recipe(None, ["rl.stall_noise_level=[1.0, 0.5]"])
+    with pytest.raises(RecipeError, match=r"rl.stall_noise_level.*two"):
+        load_recipe(None, ['rl.branch="before_failure"', "rl.stall_decisions=4", "rl.stall_noise_level=[1, 0, 2]"])
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:

@@ -111,6 +111,27 @@ def test_sde_with_a_noise_level_per_dimension_explores_only_the_noisy_one():
     assert torch.equal(torch.exp(new - logp), torch.ones(2))
 
 
+def test_log_prob_with_a_noise_level_per_sample_matches_each_samples_own_density():
+    ex, ctx = _expert(), _context()
+    levels = [(0.0, 0.7), (1.0, 0.7)]  # sample 0 explored the curvature only, sample 1 both dimensions
+    parts = [sample_sde(ex, 2, ctx, noise_level=lv, stochastic="all", generator=torch.Generator().manual_seed(3))
+             for lv in levels]  # fmt: skip
+    chain = torch.stack([parts[0][1][:, 0], parts[1][1][:, 1]], dim=1)  # sample i's chain drawn with level i
+    logp_old = torch.stack([parts[0][3][0], parts[1][3][1]])
+    per_sample = torch.tensor(levels)
+    new = log_prob(ex, chain, torch.ones(10, dtype=torch.bool), ctx, noise_level=per_sample)
+    assert torch.equal(torch.exp(new - logp_old), torch.ones(2))  # each under the density it was drawn from
+    assert not torch.allclose(log_prob(ex, chain, torch.ones(10, dtype=torch.bool), ctx, noise_level=(1.0, 0.7)),
+                              logp_old)  # fmt: skip
+    # steps stochastic for one sample only (a batch of decisions that drew their own steps)
+    mask = torch.tensor([[True, False] * 5, [True] * 10])
+    mixed = log_prob(ex, chain, mask, ctx, noise_level=per_sample)
+    for i in range(2):
+        row = [(k[i : i + 1], v[i : i + 1]) for k, v in ctx]
+        alone = log_prob(ex, chain[:, i : i + 1], mask[i : i + 1], row, noise_level=levels[i])
+        assert torch.allclose(mixed[i : i + 1], alone, atol=1e-4)
+
+
 def test_overfitting_eight_samples_drives_the_flow_loss_down():
     torch.manual_seed(0)
     ex = ActionExpert(ExpertConfig(hidden_size=64, intermediate_size=128, num_layers=1))

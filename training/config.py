@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evaluation.config import describe, read_toml
 
@@ -107,15 +107,23 @@ class RLSection(_Section):
         """``normalise = true / false`` (the older boolean) still reads as "group" / "none"."""
         return ("group" if v else "none") if isinstance(v, bool) else v
 
-    @field_validator("noise_level")
+    @field_validator("noise_level", "stall_noise_level")
     @classmethod
-    def _levels(cls, v: float | list[float]) -> float | list[float]:
+    def _levels(cls, v: float | list[float] | None) -> float | list[float] | None:
+        if v is None:
+            return v
         levels = [v] if isinstance(v, float | int) else v
         if isinstance(v, list) and len(v) != 2:
             raise ValueError(f"give one noise level, or two: [accel, curvature]; got {len(v)}")
         if any(x < 0 for x in levels) or not any(x > 0 for x in levels):
             raise ValueError(f"noise levels must be >= 0 and at least one > 0; got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _stall_noise_needs_stalls(self) -> RLSection:
+        if self.stall_noise_level is not None and (self.branch != "before_failure" or not self.stall_decisions):
+            raise ValueError('stall_noise_level needs branch = "before_failure" and stall_decisions > 0')
+        return self
 
     iterations: int = Field(40, ge=1)
     bank: str = "core"
@@ -150,6 +158,9 @@ class RLSection(_Section):
     train: Literal["expert", "vlm", "both"] = "expert"  # which weights the policy gradient moves
     # Flow-SDE noise level a, or one per action dimension [accel, curvature] ([0, a]: explore steering only)
     noise_level: float | list[float] = 0.5
+    # ... for the groups that branch at a stall (None: noise_level): e.g. noise_level = [0, 0.5] and
+    # stall_noise_level = [1, 0.5] explore the acceleration only where the plan stands still
+    stall_noise_level: float | list[float] | None = None
     stochastic: Literal["one", "all"] = "one"  # denoising steps that are stochastic
     init_noise: float = Field(1.0, ge=0)  # scale of the flow's starting noise (0: around the deterministic plan)
     reasoning: bool = False  # sample the Chain-of-Causation too; its token log-probs join the objective

@@ -72,6 +72,7 @@ def plan_tasks(recipe: Recipe, pool: list[tuple[str, float]], iteration: int, rn
     rng = np.random.default_rng([recipe.seed, iteration, rnd])
     picks = rng.choice(len(pool), size=rl.groups_per_iter, replace=len(pool) < rl.groups_per_iter)
     decision_s = 0.1 * recipe.data.decision_every
+    stall_level = None if rl.stall_noise_level is None else as_level(rl.stall_noise_level)
     tasks, uid = [], 0
     for g, i in enumerate(picks):
         scenario, duration = pool[int(i)]
@@ -84,9 +85,14 @@ def plan_tasks(recipe: Recipe, pool: list[tuple[str, float]], iteration: int, rn
         for _ in range(rl.group_size):
             tasks.append(Task(uid=uid, group=g + 1000 * rnd, scenario=scenario, seed=seed, branch_at=branch_at,
                               failure_lookback=lookback, sampled_decisions=rl.sampled_decisions,
-                              stall_decisions=rl.stall_decisions))  # fmt: skip
+                              stall_decisions=rl.stall_decisions, stall_noise_level=stall_level))  # fmt: skip
             uid += 1
     return tasks
+
+
+def as_level(level: float | list[float]) -> float | tuple[float, ...]:
+    """A recipe's noise level as the module holds it: a float, or a tuple per action dimension."""
+    return float(level) if isinstance(level, int | float) else tuple(float(v) for v in level)
 
 
 def score_of(rollout: Rollout, rl) -> float:
@@ -124,8 +130,10 @@ def shipped_weights(model, part: str) -> dict[str, np.ndarray]:
     return {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items() if k in names}
 
 
-def samples_of(rollouts: list[Rollout], advantages: torch.Tensor) -> dict[str, Any]:
-    """Flatten rollouts into decision samples, each carrying its rollout's advantage."""
+def samples_of(rollouts: list[Rollout], advantages: torch.Tensor, noise_level=None) -> dict[str, Any]:
+    """Flatten rollouts into decision samples, each carrying its rollout's advantage. Where a rollout
+    explored with its own noise level, ``noise`` [N, 2] holds each sample's (``noise_level``, the
+    recipe's, for the others): its log-prob must be taken under the density it was drawn from."""
     obs, chains, smasks, logp, adv, seq, ids, text_logp = [], [], [], [], [], [], [], []
     for r, a in zip(rollouts, advantages.tolist()):
         obs += r.observations
@@ -137,13 +145,17 @@ def samples_of(rollouts: list[Rollout], advantages: torch.Tensor) -> dict[str, A
         if r.reasoning_ids is not None:
             ids.append(r.reasoning_ids)
             text_logp.append(r.text_logp)
-    reasoning = {}
+    optional = {}  # the reasoning's tokens and log-probs, the samples' own noise levels
     if ids and len(ids) == len(rollouts):
-        reasoning = {
+        optional = {
             "ids": torch.from_numpy(np.concatenate(ids)),
             "text_logp_old": torch.from_numpy(np.concatenate(text_logp)),
         }
-    return reasoning | {
+    if any(r.noise_level is not None for r in rollouts):
+        per = [np.broadcast_to(np.asarray(r.noise_level if r.noise_level is not None else noise_level, np.float32),
+                               (len(r.logp), r.chains.shape[-1])) for r in rollouts]  # fmt: skip
+        optional["noise"] = torch.from_numpy(np.concatenate(per))
+    return optional | {
         "obs": obs,
         "chain": torch.from_numpy(np.concatenate(chains)),  # [N, steps + 1, 64, 2]
         "smask": torch.from_numpy(np.concatenate(smasks)),
@@ -168,6 +180,9 @@ def rollout_metrics(rollouts: list[Rollout], scores: torch.Tensor, groups: torch
         out["episode/route_completion"] = float(np.mean([m["leaderboard"]["route_completion"] for m in done]))
         out["episode/at_fault_collisions"] = float(np.mean([m["at_fault_collisions"] for m in done]))
     out["episode/decisions"] = float(np.mean([len(r.logp) for r in rollouts]))
+    branched = list({r.group: r.branch for r in rollouts if r.branch}.values())  # step level: where groups branched
+    if branched:
+        out |= {f"groups/at_{kind}": float(branched.count(kind)) for kind in ("stall", "failure", "point")}
     consistency = [r.consistency for r in rollouts if r.consistency is not None]
     if consistency:
         out["reward/consistency"] = float(np.mean(consistency))
@@ -192,20 +207,21 @@ def update(policy, reference, optimizer, params, batch: dict[str, Any], recipe: 
             chain = batch["chain"][idx].transpose(0, 1).to(device)
             smask = batch["smask"][idx]
             adv, seq = batch["adv"][idx].to(device), batch["seq"][idx]
+            level = batch["noise"][idx] if "noise" in batch else rl.noise_level
             text_logp = text_ref = None
             if "ids" in batch:  # one pass gives the reasoning's token log-probs and the chain's
-                text_logp, logp = policy.joint_log_prob(obs, batch["ids"][idx], chain, smask, rl.noise_level,
+                text_logp, logp = policy.joint_log_prob(obs, batch["ids"][idx], chain, smask, level,
                                                         rl.temperature, train_vlm=rl.train != "expert")  # fmt: skip
             else:
-                logp = policy.chain_log_prob(obs, chain, smask, rl.noise_level, train_vlm=rl.train != "expert")
+                logp = policy.chain_log_prob(obs, chain, smask, level, train_vlm=rl.train != "expert")
             logp_ref = None
             if reference is not None and rl.kl_coef > 0:
                 with torch.no_grad():
                     if "ids" in batch:
                         text_ref, logp_ref = reference.joint_log_prob(obs, batch["ids"][idx], chain, smask,
-                                                                      rl.noise_level, rl.temperature)  # fmt: skip
+                                                                      level, rl.temperature)  # fmt: skip
                     else:
-                        logp_ref = reference.chain_log_prob(obs, chain, smask, rl.noise_level)
+                        logp_ref = reference.chain_log_prob(obs, chain, smask, level)
             loss, st = policy_loss(logp, batch["logp_old"][idx].to(device), adv, clip, rl.variant, seq, logp_ref,
                                    rl.kl_coef)  # fmt: skip
             if text_logp is not None and rl.reasoning_weight > 0 and rl.train != "expert":
@@ -328,7 +344,7 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
             metrics["groups/informative"] = float(n_informative)
             t1 = time.perf_counter()
             if rollouts:
-                batch = samples_of(rollouts, adv)
+                batch = samples_of(rollouts, adv, rl.noise_level)
                 metrics |= update(policy, reference, optimizer, params, batch, recipe, iteration, demos)
             iteration += 1
             env_steps = sum(r.env_steps for r in rollouts)

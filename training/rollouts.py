@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,7 @@ class Task:
     failure_lookback: int = 0  # step level, > 0: branch this many decisions before the plan's first infraction
     sampled_decisions: int = 1  # step level: decisions of a branch drawn from the SDE before the plan takes over
     stall_decisions: int = 0  # with failure_lookback: standing still this many decisions, nothing in the way, fails
+    stall_noise_level: float | tuple[float, ...] | None = None  # SDE noise of a group branched at a stall
 
 
 @dataclass
@@ -66,6 +68,8 @@ class Rollout:
     text_logp: np.ndarray | None = None  # [T] their log-prob under the sampling policy
     consistency: float | None = None  # mean reasoning-action consistency (the critic's overall score)
     example_reasoning: str | None = None
+    branch: str = ""  # step level: where its group branched ("stall", "failure" or "point")
+    noise_level: float | tuple[float, ...] | None = None  # the SDE noise it explored with (None: the recipe's)
 
     def score(self, kind: str) -> float:
         if kind == "driving_score" and self.metrics is not None:
@@ -158,9 +162,9 @@ def _batch(obs_list: list[dict[str, np.ndarray]]) -> dict[str, Any]:
 FAILURES = frozenset({"collision", "offroad", "red_light", "stop_sign", "wrong_way"})
 
 
-def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np.ndarray], int]:
+def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np.ndarray], int, str]:
     """Reset to the task and drive the deterministic plan to its branch point: (snapshot, observation
-    there, env steps driven).
+    there, env steps driven, why there: "stall", "failure" or "point").
 
     ``branch_at``: that decision, or the last one before the episode ends if it ends first. With
     ``failure_lookback`` k > 0: k decisions before the decision whose step brought the plan's first
@@ -173,7 +177,7 @@ def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np
     env.set_tasks([(task.scenario, task.seed)])
     obs, _ = env.reset()
     points = [(env.snapshot(), obs)]  # the state at every decision driven so far
-    steps, failed_at, standing = 0, None, 0
+    steps, failed_at, standing, kind = 0, None, 0, "point"
     last = None if task.failure_lookback else task.branch_at
     with torch.no_grad():
         while last is None or steps < last:
@@ -186,6 +190,7 @@ def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np
                 stalled = standing >= task.stall_decisions
             if task.failure_lookback and (stalled or any(e["type"] in FAILURES for e in info["events"])):
                 failed_at = steps - 1  # the decision whose step brought it
+                kind = "stall" if stalled else "failure"
                 break
             if term or trunc:  # ended first: branch at the last decision before the end
                 break
@@ -195,26 +200,42 @@ def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np
     else:
         at = min(task.branch_at, len(points) - 1)
     snap, obs = points[at]
-    return snap, obs, steps
+    return snap, obs, steps, kind
+
+
+@contextmanager
+def _exploring_with(module, level: float | tuple[float, ...] | None):
+    """The module samples with ``level`` inside the block (None: its own level)."""
+    own = module.noise_level
+    module.noise_level = own if level is None else level
+    try:
+        yield
+    finally:
+        module.noise_level = own
 
 
 def _branch_rollouts(runner, tasks: list[Task], horizon: int, critic: str | None = None) -> list[Rollout]:
     """Step level: one snapshot per group, then per task ``sampled_decisions`` SDE decisions (the first
-    one drawn for the whole group in one batch) and plan decisions up to ``horizon`` in all."""
+    one drawn for the whole group in one batch) and plan decisions up to ``horizon`` in all. A group
+    branched at a stall explores with the task's ``stall_noise_level`` where one is set."""
     env, module = _drive_env(runner), runner.module
     out: list[Rollout] = []
     by_group: dict[int, list[Task]] = {}
     for t in tasks:
         by_group.setdefault(t.group, []).append(t)
     for group in by_group.values():
-        snap, obs, steps = _branch_point(env, module, group[0])
+        snap, obs, steps, kind = _branch_point(env, module, group[0])
+        level = group[0].stall_noise_level if kind == "stall" else None
         _, info_at_branch = env.restore(snap)
-        with torch.no_grad():
-            first = module.forward_exploration(_batch([obs] * len(group)))
-        for i, task in enumerate(group):
-            env.restore(snap)
-            sample = {k: v[i : i + 1] for k, v in first.items()}
-            out.append(_branch(runner, env, module, task, obs, sample, info_at_branch, horizon, steps, critic))
+        with _exploring_with(module, level):
+            with torch.no_grad():
+                first = module.forward_exploration(_batch([obs] * len(group)))
+            for i, task in enumerate(group):
+                env.restore(snap)
+                sample = {k: v[i : i + 1] for k, v in first.items()}
+                rollout = _branch(runner, env, module, task, obs, sample, info_at_branch, horizon, steps, critic)
+                rollout.branch, rollout.noise_level = kind, level
+                out.append(rollout)
     return out
 
 

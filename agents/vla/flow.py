@@ -189,7 +189,9 @@ def sample_ode(expert: ActionExpert, batch: int, context: Context | None = None,
     return x
 
 
-NoiseLevel = float | Sequence[float]  # one level, or one per action dimension (accel, curvature)
+# one level, or one per action dimension (accel, curvature); log_prob also takes a [B, dims] tensor,
+# a level per sample (a batch whose rollouts explored with different levels)
+NoiseLevel = float | Sequence[float] | torch.Tensor
 
 
 def _sde_step_params(x, v, i: int, steps: int, noise_level: NoiseLevel):
@@ -272,9 +274,10 @@ def log_prob(
 
     ``mask`` marks the stochastic steps: [steps] for the whole batch, or [B, steps] per sample (a
     training batch mixes decisions that each drew their own random step); each step's expert pass
-    runs only on the samples stochastic there.
+    runs only on the samples stochastic there. ``noise_level`` may be [B, dims]: a level per sample.
     """
     steps, batch = chain.shape[0] - 1, chain.shape[1]
+    per_sample = isinstance(noise_level, torch.Tensor) and noise_level.dim() == 2
     mask = mask.to(chain.device).bool()
     if mask.dim() == 1:
         mask = mask.expand(batch, steps)
@@ -289,7 +292,10 @@ def log_prob(
         cmask = context_mask if full or context_mask is None else context_mask[rows]
         st = state if full or state is None else state[rows]
         t = torch.full((len(rows),), i / steps, device=x.device, dtype=x.dtype)
-        mean, std = _sde_step_params(x, expert(x, t, ctx, cmask, st), i, steps, noise_level)
+        level = noise_level
+        if per_sample:
+            level = (noise_level if full else noise_level[rows]).to(x)[:, None, :]
+        mean, std = _sde_step_params(x, expert(x, t, ctx, cmask, st), i, steps, level)
         target = chain[i + 1] if full else chain[i + 1, rows]
         logp = logp.index_add(0, rows, gaussian_log_prob(target, mean, std))
     return logp
