@@ -130,7 +130,8 @@ def shipped_weights(model, part: str) -> dict[str, np.ndarray]:
     return {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items() if k in names}
 
 
-def samples_of(rollouts: list[Rollout], advantages: torch.Tensor, noise_level=None) -> dict[str, Any]:
+def samples_of(rollouts: list[Rollout], advantages: torch.Tensor,
+               noise_level: float | list[float] | None = None) -> dict[str, Any]:  # fmt: skip
     """Flatten rollouts into decision samples, each carrying its rollout's advantage. Where a rollout
     explored with its own noise level, ``noise`` [N, 2] holds each sample's (``noise_level``, the
     recipe's, for the others): its log-prob must be taken under the density it was drawn from."""
