@@ -33,6 +33,7 @@ from training.config import Recipe, RecipeError
 from training.metrics_log import MetricsLogger
 from training.milestones import after_step, before_first_step, finish
 from training.rl_losses import ClipConfig, group_advantages, informative_groups, policy_loss
+from training.rl_module import as_noise_level
 from training.rollouts import Rollout, RolloutWorkers, Task
 
 DECISIONS_TO_BRANCH = 0.7  # step level: branch points fall in the first 70% of a scenario
@@ -72,7 +73,7 @@ def plan_tasks(recipe: Recipe, pool: list[tuple[str, float]], iteration: int, rn
     rng = np.random.default_rng([recipe.seed, iteration, rnd])
     picks = rng.choice(len(pool), size=rl.groups_per_iter, replace=len(pool) < rl.groups_per_iter)
     decision_s = 0.1 * recipe.data.decision_every
-    stall_level = None if rl.stall_noise_level is None else as_level(rl.stall_noise_level)
+    stall_level = None if rl.stall_noise_level is None else as_noise_level(rl.stall_noise_level)
     tasks, uid = [], 0
     for g, i in enumerate(picks):
         scenario, duration = pool[int(i)]
@@ -88,11 +89,6 @@ def plan_tasks(recipe: Recipe, pool: list[tuple[str, float]], iteration: int, rn
                               stall_decisions=rl.stall_decisions, stall_noise_level=stall_level))  # fmt: skip
             uid += 1
     return tasks
-
-
-def as_level(level: float | list[float]) -> float | tuple[float, ...]:
-    """A recipe's noise level as the module holds it: a float, or a tuple per action dimension."""
-    return float(level) if isinstance(level, int | float) else tuple(float(v) for v in level)
 
 
 def score_of(rollout: Rollout, rl) -> float:

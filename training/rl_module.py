@@ -41,6 +41,11 @@ def observations_from_batch(obs: dict[str, Any]) -> list[dict[str, np.ndarray]]:
     return [{k: a[i] for k, a in arrays.items()} for i in range(n)]
 
 
+def as_noise_level(level: float | list[float]) -> float | tuple[float, ...]:
+    """A noise level as the module samples with it: one float, or a tuple per action dimension."""
+    return float(level) if isinstance(level, int | float) else tuple(float(v) for v in level)
+
+
 class ValueHead(nn.Module):
     def __init__(self, hidden: int = 64) -> None:
         super().__init__()
@@ -59,8 +64,7 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         if mc.get("threads"):
             torch.set_num_threads(int(mc["threads"]))
         self.vla = VLA.from_pretrained(mc["path"])
-        level = mc.get("noise_level", 0.5)  # one level, or one per action dimension
-        self.noise_level = float(level) if isinstance(level, int | float) else tuple(float(v) for v in level)
+        self.noise_level = as_noise_level(mc.get("noise_level", 0.5))
         self.stochastic = str(mc.get("stochastic", "one"))
         self.eval_noise = float(mc.get("eval_noise", 0.0))
         self.reasoning = bool(mc.get("reasoning", False))
