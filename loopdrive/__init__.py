@@ -1,1 +1,3 @@
-"""LoopDrive command line and demo (the composition root: it may import every layer)."""
+"""The project's namespace: a foundation every layer may import (``plugins``, ``seeding``: no imports
+of the project's own packages) and the entry points (``cli``, ``demo``: the composition root, which
+imports every layer lazily)."""

@@ -10,7 +10,7 @@ Subcommands import their layer lazily so ``loopdrive bank validate`` starts fast
   loopdrive collect --bank core --split train --agent expert --out data/x.zarr [--seeds K] [...]
   loopdrive train --config configs/sft_tiny.toml [--set a.b=v] [--run-dir DIR | --resume DIR]
   loopdrive demo [--bank smoke] [--out runs/demo] [--no-video]
-  loopdrive serve-rewards [--host 127.0.0.1] [--port 8765]   (token from LOOPDRIVE_REWARD_TOKEN)
+  loopdrive serve-rewards [--host 127.0.0.1] [--port 8765] [--critic SPEC]   (token from LOOPDRIVE_REWARD_TOKEN)
 """
 
 from __future__ import annotations
@@ -79,12 +79,20 @@ def _bank_validate(args: argparse.Namespace) -> int:
 
 
 def _serve_rewards(args: argparse.Namespace) -> int:
-    from rewards.service import SERVICE_REWARDS, RewardServer, load_service_reward
+    from rewards.service import RewardServer, load_service_reward
 
     for spec in args.reward or []:
         load_service_reward(spec)
-    server = RewardServer(args.host, args.port, workers=args.workers, max_bytes=args.max_bytes)
-    print(f"reward service on {server.url} (rewards: {', '.join(sorted(SERVICE_REWARDS))}); Ctrl-C stops", flush=True)
+    server = RewardServer(
+        args.host,
+        args.port,
+        workers=args.workers,
+        max_bytes=args.max_bytes,
+        critic=args.critic,
+        request_timeout=args.request_timeout,
+    )
+    rewards = ", ".join(sorted(server.rewards))
+    print(f"reward service on {server.url} (rewards: {rewards}; critic {args.critic}); Ctrl-C stops", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -215,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--workers", type=int, default=4)
     srv.add_argument("--max-bytes", type=int, default=1_000_000, help="largest accepted request body")
     srv.add_argument("--reward", action="append", help="extra reward 'module:function' (repeatable)")
+    srv.add_argument(
+        "--critic",
+        default="rules",
+        help="the consistency reward's critic: rules, hf:/local/model or an http(s):// endpoint (clients cannot pick)",
+    )
+    srv.add_argument("--request-timeout", type=float, default=10.0, help="seconds a request may take to arrive")
     srv.set_defaults(fn=_serve_rewards)
 
     ev = sub.add_parser("eval", help="closed-loop evaluation of an agent on a bank (journal, summary, report)")

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 
 @dataclass(frozen=True)
@@ -69,3 +70,87 @@ def comfort_series(speed, accel, yaw_rate, dt: float, bounds: ComfortBounds = NU
         ],
         1,
     )
+
+
+def plan_comfort(plan: np.ndarray, dt: float = 0.1, bounds: ComfortBounds = NUPLAN) -> float:
+    """Fraction of the steps of a planned trajectory ([T, 3] ego frame, from the origin at rest
+    heading) that keep all six comfort bounds: ``comfort_series`` on the plan's own kinematics.
+
+    One compiled pass (the reward service and GRPO's ``alpamayo_demo`` call it for every plan); a
+    test holds it to the numpy reference below.
+    """
+    plan = np.ascontiguousarray(plan, dtype=np.float64)
+    if plan.ndim != 2 or plan.shape[1] < 3 or len(plan) < 2:
+        raise ValueError(f"a plan is [T >= 2, 3] (x, y, yaw), got shape {plan.shape}")
+    b = bounds
+    limits = (b.lon_accel[0], b.lon_accel[1], b.lat_accel, b.jerk, b.lon_jerk, b.yaw_rate, b.yaw_accel)
+    return float(_plan_comfort(plan, dt, *limits))
+
+
+def plan_comfort_reference(plan: np.ndarray, dt: float = 0.1) -> float:
+    """``plan_comfort`` written with numpy, as the definition the compiled kernel is tested against."""
+    xy = np.concatenate([[[0.0, 0.0]], np.asarray(plan, float)[:, :2]])
+    v = np.linalg.norm(np.diff(xy, axis=0), axis=1) / dt
+    yaw_rate = np.diff(np.unwrap(np.concatenate([[0.0], np.asarray(plan, float)[:, 2]]))) / dt
+    return float(comfort_series(v, np.gradient(v, dt), yaw_rate, dt).all(1).mean())
+
+
+@njit(cache=True)
+def _gradient(a, dt, out):
+    n = len(a)
+    out[0] = (a[1] - a[0]) / dt
+    out[n - 1] = (a[n - 1] - a[n - 2]) / dt
+    for i in range(1, n - 1):
+        out[i] = (a[i + 1] - a[i - 1]) / (2.0 * dt)
+
+
+@njit(cache=True)
+def _smooth3(a, out):
+    """The 3-step moving average with edge padding that ``comfort_series`` applies."""
+    n, w = len(a), 1.0 / 3.0
+    for i in range(n):
+        lo, hi = a[max(i - 1, 0)], a[min(i + 1, n - 1)]
+        out[i] = lo * w + a[i] * w + hi * w
+
+
+@njit(cache=True)
+def _plan_comfort(plan, dt, acc_lo, acc_hi, lat_max, jerk_max, lon_jerk_max, yaw_rate_max, yaw_acc_max):
+    n = plan.shape[0]
+    v, yaw_rate, accel = np.empty(n), np.empty(n), np.empty(n)
+    px, py, prev_yaw, unwrapped = 0.0, 0.0, 0.0, 0.0
+    correction = 0.0
+    for i in range(n):
+        v[i] = math.hypot(plan[i, 0] - px, plan[i, 1] - py) / dt
+        px, py = plan[i, 0], plan[i, 1]
+        step = plan[i, 2] - prev_yaw  # np.unwrap: steps of pi or more are wrapped into [-pi, pi)
+        if abs(step) >= math.pi:
+            wrapped = (step + math.pi) % (2.0 * math.pi) - math.pi
+            if wrapped == -math.pi and step > 0:
+                wrapped = math.pi
+            correction += wrapped - step
+        value = plan[i, 2] + correction
+        yaw_rate[i] = (value - unwrapped) / dt
+        prev_yaw, unwrapped = plan[i, 2], value
+    _gradient(v, dt, accel)
+    if n >= 3:
+        smooth_accel, smooth_rate = np.empty(n), np.empty(n)
+        _smooth3(accel, smooth_accel)
+        _smooth3(yaw_rate, smooth_rate)
+        accel, yaw_rate = smooth_accel, smooth_rate
+    lat = v * yaw_rate
+    lon_jerk, lat_jerk, yaw_acc = np.empty(n), np.empty(n), np.empty(n)
+    _gradient(accel, dt, lon_jerk)
+    _gradient(lat, dt, lat_jerk)
+    _gradient(yaw_rate, dt, yaw_acc)
+    ok = 0
+    for i in range(n):
+        if (
+            acc_lo <= accel[i] <= acc_hi
+            and abs(lat[i]) <= lat_max
+            and math.hypot(lon_jerk[i], lat_jerk[i]) <= jerk_max
+            and abs(lon_jerk[i]) <= lon_jerk_max
+            and abs(yaw_rate[i]) <= yaw_rate_max
+            and abs(yaw_acc[i]) <= yaw_acc_max
+        ):
+            ok += 1
+    return ok / n

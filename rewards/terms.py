@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewards.comfort import comfort_checks
+from rewards.comfort import comfort_checks, plan_comfort
 from rewards.registry import register
 from rewards.transition import EgoState, Transition
 
@@ -134,19 +134,6 @@ def ade(plan: np.ndarray, reference: np.ndarray) -> float:
     """Average displacement error (m) between two [T, >=2] trajectories."""
     n = min(len(plan), len(reference))
     return float(np.linalg.norm(np.asarray(plan)[:n, :2] - np.asarray(reference)[:n, :2], axis=1).mean())
-
-
-def plan_comfort(plan: np.ndarray, dt: float = 0.1) -> float:
-    """Fraction of the comfort bounds that hold along a planned trajectory ([T, 3], ego frame)."""
-    from rewards.comfort import comfort_series
-
-    xy = np.asarray(plan, float)[:, :2]
-    xy = np.concatenate([[[0.0, 0.0]], xy])
-    v = np.linalg.norm(np.diff(xy, axis=0), axis=1) / dt
-    yaw = np.unwrap(np.concatenate([[0.0], np.asarray(plan, float)[:, 2]]))
-    yaw_rate = np.diff(yaw) / dt
-    accel = np.gradient(v, dt)
-    return float(comfort_series(v, accel, yaw_rate, dt).all(1).mean())
 
 
 @register("ade_expert", needs_reference=True)

@@ -62,3 +62,10 @@ def test_docker_compose_config_validates():
     out = subprocess.run(["docker", "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
                          capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0, out.stderr
+
+
+def test_the_reward_service_needs_a_token_and_picks_its_critic(compose):
+    rewards = compose["services"]["rewards"]
+    assert "LOOPDRIVE_REWARD_TOKEN" in rewards["environment"]
+    assert ":?" in rewards["environment"]["LOOPDRIVE_REWARD_TOKEN"]  # compose refuses to start without one
+    assert "--critic" in rewards["command"]

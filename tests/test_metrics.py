@@ -4,6 +4,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rewards import REWARD_TERMS, EgoState, EpisodeLog, Transition, compute_suites
 from rewards.metrics import alpasim, comfort, leaderboard, pdms, success
@@ -122,7 +124,7 @@ def test_trajectory_terms_against_the_reference():
     assert REWARD_TERMS["ade_expert"](T(action=off, reference=None)) == 0.0
     demo = REWARD_TERMS["alpamayo_demo"]
     assert demo(T(action=ref, reference=ref)) == pytest.approx(0.0)
-    from rewards.terms import plan_comfort
+    from rewards.comfort import plan_comfort
 
     assert plan_comfort(ref) == 1.0 and plan_comfort(off) < 1.0  # the offset plan jumps sideways at once
     assert demo(T(action=off, reference=ref)) == pytest.approx(-0.4 * 1.5 / 3 + 0.1 * (plan_comfort(off) - 1))
@@ -146,3 +148,21 @@ def test_user_metrics_by_registry_and_import_path(tmp_path, monkeypatch):
     assert out["my_metrics:speed"]["score"] == 10.0
     with pytest.raises(ValueError, match="unknown metric"):
         compute_suites(EpisodeLog([], track(1.0), 100.0), extra_metrics=["nope"])
+
+
+@given(
+    st.integers(2, 80),
+    st.floats(0.0, 30.0),
+    st.floats(-0.3, 0.3),
+    st.floats(-3.0, 3.0),
+    st.integers(0, 2**31 - 1),
+)
+def test_compiled_plan_comfort_equals_its_numpy_definition(n, speed, curvature, accel, seed):
+    from rewards.comfort import plan_comfort, plan_comfort_reference
+
+    t = np.arange(1, n + 1) * 0.1
+    s = np.maximum(speed * t + 0.5 * accel * t**2, 0.0)
+    yaw = curvature * s + np.random.default_rng(seed).normal(0, 0.05, n)
+    plan = np.stack([np.cumsum(np.cos(yaw)) * speed * 0.1, np.cumsum(np.sin(yaw)) * speed * 0.1, yaw], 1)
+    plan[n // 2 :, 2] += 2 * np.pi * (seed % 3 - 1)  # a wrapped heading must be unwrapped as np.unwrap does
+    assert plan_comfort(plan) == plan_comfort_reference(plan)
