@@ -64,7 +64,7 @@ class Expert(BaseAgent):
 
     # --- perception --------------------------------------------------------------------------------------
     def _seen(self, world) -> list[Seen]:
-        st, c, a = world.state, world.c, world.c.actors
+        st, c, a = world.state, world.compiled, world.compiled.actors
         idx = np.flatnonzero(st.active)
         idx = idx[idx > 0]
         if not len(idx):
@@ -88,20 +88,20 @@ class Expert(BaseAgent):
 
     @staticmethod
     def _lane_width(world) -> float:
-        c = world.c
+        c = world.compiled
         lane_idx, _ = c.paths.lane_at(np.array([c.route_path]), np.array([world.state.route_s]))
         return float(c.road_map.lanes[c.lane_ids[lane_idx[0]]].width)
 
     def _neighbours(self, world) -> dict[str, str | None]:
         """Lanes beside the ego's current route lane: same-direction left / right, and oncoming."""
-        c = world.c
+        c = world.compiled
         lane_idx, _ = c.paths.lane_at(np.array([c.route_path]), np.array([world.state.route_s]))
         lane = c.road_map.lanes[c.lane_ids[lane_idx[0]]]
         return {"left": lane.left, "right": lane.right, "opposite": lane.opposite, "junction": lane.junction}
 
     # --- decisions -----------------------------------------------------------------------------------------
     def plan(self, world) -> AgentOutput:
-        st, c = world.state, world.c
+        st, c = world.state, world.compiled
         ego_len, ego_w = float(c.actors.length[0]), float(c.actors.width[0])
         s_ego, v = float(st.route_s), float(st.speed[0])
         seen = self._seen(world)
@@ -236,7 +236,7 @@ class Expert(BaseAgent):
 
     def _yield_point(self, world, seen, s_ego, v) -> tuple[float, str | None]:
         """Stop before a junction connector whose path crosses traffic that has priority over us."""
-        c = world.c
+        c = world.compiled
         lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
         front = s_ego + c.actors.length[0] / 2
         for k, (li, start) in enumerate(zip(lanes, starts)):
@@ -264,7 +264,7 @@ class Expert(BaseAgent):
 
     def _conflict(self, world, lane, dist, v) -> str | None:
         """Id of a vehicle that would reach our junction path while we are on it, if any."""
-        st, c = world.state, world.c
+        st, c = world.state, world.compiled
         a = c.actors
         path = lane.centerline
         v_cross = max(v, 4.0)

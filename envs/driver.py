@@ -24,7 +24,7 @@ CORRIDOR = 1.6  # metres either side of the route centreline that count as "in m
 
 def route_speed_cap(world: World) -> np.ndarray:
     """Per route vertex: min(lane speed limit, curvature limit), smoothed backwards for braking."""
-    c = world.c
+    c = world.compiled
     if c.speed_cap is not None:
         return c.speed_cap
     lanes, _ = c.paths.lane_at(np.full(len(c.route_s), c.route_path), c.route_s)
@@ -53,7 +53,7 @@ class RouteFollower:
 
     def obstacle_ahead(self, world: World) -> tuple[float, float]:
         """Gap (m, bumper to bumper) and speed along the route of the nearest actor in the corridor."""
-        st, c, a = world.state, world.c, world.c.actors
+        st, c, a = world.state, world.compiled, world.compiled.actors
         s_ego = st.route_s
         idx = np.flatnonzero(st.active)
         idx = idx[idx > 0]
@@ -82,7 +82,7 @@ class RouteFollower:
         return next_stop_line(world, self._stopped_at)[0]
 
     def plan(self, world: World) -> np.ndarray:
-        st, c = world.state, world.c
+        st, c = world.state, world.compiled
         cap = route_speed_cap(world)
         gap_obj, v_obj = self.obstacle_ahead(world)
         gap_stop = self.stop_line_ahead(world)
@@ -98,7 +98,7 @@ def next_stop_line(world: World, stopped_at: dict[int, float], wait: float = 1.0
     """Gap from the front bumper to the first stop line the ego must stop at, and why: ``"red"``, a
     ``"yellow"`` it can still stop for (< 4 m/s^2), or a ``"stop_sign"`` until it has stood there
     for ``wait`` s (``stopped_at`` remembers when, per stop line, across calls)."""
-    st, c = world.state, world.c
+    st, c = world.state, world.compiled
     front = st.route_s + c.actors.length[0] / 2
     sig = world.signal_states()
     for k, (s_line, sg) in enumerate(c.route_stops):  # ordered along the route

@@ -37,7 +37,7 @@ from envs.interface import DEFAULT_OBSERVATIONS, InvalidActionError
 from envs.sensors import BEVRenderer, CameraRenderer, make_rig
 from envs.sensors.video import camera_grid, status_bar
 from envs.world import DT, World, compile_scenario
-from rewards import DEFAULT_REWARDS, EgoState, EpisodeLog, RewardComposer, Transition
+from rewards import DEFAULT_REWARDS, EgoState, EpisodeLog, Event, EventKind, RewardComposer, Transition
 from scenarios import Scenario
 
 BACKENDS = ("embedded", "worldmodel")  # what this class runs; envs.make_env also takes "carla"
@@ -121,7 +121,7 @@ class LoopDriveEnv(gym.Env):
         scn = interface.pick_scenario(self.scenarios, options.get("scenario"), self.np_random, self.bank_name)
         world_seed = int(self.np_random.integers(2**31 - 1))
         compiled = compile_scenario(scn)
-        if self.world is not None and self.world.c is compiled:
+        if self.world is not None and self.world.compiled is compiled:
             self.world.reset(world_seed)
         else:
             self.world = World(scn, world_seed, compiled)
@@ -195,7 +195,7 @@ class LoopDriveEnv(gym.Env):
             if self.invalid_action == "raise":
                 raise
             self._done = True
-            event = {"type": "invalid_action", "t": self.world.t, "reason": str(e)}
+            event = Event(EventKind.INVALID_ACTION, self.world.t, reason=str(e))
             self.world.log.append(event)
             info = self._info([event], dict.fromkeys(self.composer.terms, 0.0))
             info["metrics"] = self.episode_metrics()
@@ -303,11 +303,10 @@ class LoopDriveEnv(gym.Env):
     def episode_log(self) -> EpisodeLog:
         """The episode so far as the metric suites read it."""
         w = self.world
-        stuck = w.state.time_stopped >= 10.0 and not w.state.route_completed
         return EpisodeLog(
-            events=[e for e in w.log if e["type"] != "trigger"], ego=list(self._ego_track),
-            route_length=w.c.goal_distance, dt=DT, timed_out=stuck,
-            distance_outside_route_lanes=w.state.distance_outside_route_lanes,
+            events=[e for e in w.log if e.kind is not EventKind.TRIGGER], ego=list(self._ego_track),
+            route_length=w.compiled.goal_distance, dt=DT, timed_out=w.state.route.blocked,
+            distance_outside_route_lanes=w.state.route.distance_outside_route_lanes,
         )  # fmt: skip
 
     def episode_metrics(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from envs import observations as obs_mod
 from envs.controller import PLAN_STEPS
 from envs.world import ACCEL_LIMITS, MAX_STEER
 from rewards import EpisodeLog, compute_suites
+from rewards.events import ENDS_ROUTE, Event, EventKind
 from scenarios import Scenario, load_bank
 
 ALL_OBSERVATIONS = ("cameras", "ego_history", "ego_state", "route", "command", "bev", "state")
@@ -124,12 +125,12 @@ def check_action(action: Any, space: spaces.Box, action_mode: str) -> tuple[floa
     return accel, u_steer * MAX_STEER
 
 
-def is_terminal(events: Sequence[Mapping[str, Any]], terminate_on_collision: bool) -> bool:
+def is_terminal(events: Sequence[Event], terminate_on_collision: bool) -> bool:
     """The route is done or abandoned, or the ego caused a collision (when that ends episodes)."""
     for e in events:
-        if e["type"] in ("route_complete", "route_deviation"):
+        if e.kind in ENDS_ROUTE:
             return True
-        if e["type"] == "collision" and e["at_fault"] and terminate_on_collision:
+        if e.kind is EventKind.COLLISION and e.at_fault and terminate_on_collision:
             return True
     return False
 
@@ -139,13 +140,13 @@ def summarise_episode(log: EpisodeLog, stats: Mapping[str, float], returns: Mapp
     """An episode's summary (``info["metrics"]``): statistics, infractions and every metric suite."""
     counts: dict[str, int] = {}
     for e in log.events:
-        counts[e["type"]] = counts.get(e["type"], 0) + 1
+        counts[e.kind.value] = counts.get(e.kind.value, 0) + 1
     suites = compute_suites(log, leaderboard_version)
     return {
         **stats,
         "events": counts,
         "infractions": log.infractions(),
-        "at_fault_collisions": sum(1 for e in log.events if e["type"] == "collision" and e["at_fault"]),
+        "at_fault_collisions": log.count(EventKind.COLLISION, at_fault=True),
         "suites": suites,
         "leaderboard": suites["leaderboard"],
         "reward_returns": dict(returns),

@@ -38,7 +38,7 @@ class EgoHistory:
 
     def reset(self, world: World) -> None:
         """Warm start: the ego is assumed to have driven along its route at its initial speed."""
-        st, c = world.state, world.c
+        st, c = world.state, world.compiled
         v = float(st.speed[0])
         back = st.route_s - v * 0.1 * np.arange(HISTORY_STEPS - 1, -1, -1)
         pts, hs = geo.interpolate(c.route_xy, c.route_s, np.maximum(back, 0.0))
@@ -77,7 +77,7 @@ class EgoHistory:
 
 def route_points(world: World) -> np.ndarray:
     """The next ROUTE_POINTS route centreline points at ROUTE_SPACING metres, in the ego frame."""
-    st, c = world.state, world.c
+    st, c = world.state, world.compiled
     return kernels.route_points_ego(
         c.route_xy, c.route_s, st.route_s, ROUTE_SPACING, ROUTE_POINTS, float(st.x[0]), float(st.y[0]), float(st.yaw[0])
     )
@@ -85,7 +85,7 @@ def route_points(world: World) -> np.ndarray:
 
 def route_command(world: World, horizon: float = 60.0) -> int:
     """High-level command from the route: the turn of the next junction lane within ``horizon`` m."""
-    st, c = world.state, world.c
+    st, c = world.state, world.compiled
     lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
     for lane_idx, start in zip(lanes, starts):
         if lane_idx < 0 or start > st.route_s + horizon:
@@ -116,7 +116,7 @@ def ego_state(world: World) -> np.ndarray:
 
 def state_vector(world: World) -> np.ndarray:
     """Compact privileged state for classic RL: ego, route, 8 nearest actors, next stop line."""
-    st, c, a = world.state, world.c, world.c.actors
+    st, c, a = world.state, world.compiled, world.compiled.actors
     out = np.zeros(STATE_DIM, np.float32)
     out[:EGO_STATE_DIM] = (st.speed[0], st.accel[0], st.yaw_rate, st.steer, st.speed_limit, st.lateral,
                            st.heading_error)  # fmt: skip

@@ -3,6 +3,7 @@ suites, meta-action detectors, scene facts and reasoning-consistency critics."""
 
 from rewards import terms as _terms  # noqa: F401  (registers the built-in terms)
 from rewards.comfort import NUPLAN, ComfortBounds, comfort_checks, comfort_series
+from rewards.events import Event, EventKind
 from rewards.metrics import METRICS, SUITES, EpisodeLog, compute_suites, register_metric
 from rewards.registry import REWARD_TERMS, RewardComposer, RewardConfigError, register, resolve
 from rewards.terms import DEFAULT_REWARDS, ade
@@ -17,6 +18,8 @@ __all__ = [
     "ComfortBounds",
     "EgoState",
     "EpisodeLog",
+    "Event",
+    "EventKind",
     "RewardComposer",
     "RewardConfigError",
     "Transition",

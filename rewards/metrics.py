@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from rewards.comfort import comfort_series
+from rewards.events import INCIDENTS, INFRACTIONS, Event, EventKind
 from rewards.transition import EgoState
 
 LB20_COEFFICIENTS = {"pedestrian": 0.50, "vehicle": 0.60, "static": 0.65, "red_light": 0.70, "stop_sign": 0.80,
@@ -38,7 +39,6 @@ LB20_COEFFICIENTS = {"pedestrian": 0.50, "vehicle": 0.60, "static": 0.65, "red_l
 LB21_WEIGHTS = {"pedestrian": 1.0, "vehicle": 0.7, "static": 0.6, "red_light": 0.4, "stop_sign": 0.25,
                 "scenario_timeout": 0.4}  # fmt: skip
 TTC_THRESHOLD = 0.95
-INCIDENT_TYPES = ("collision", "offroad", "red_light", "stop_sign", "wrong_way")
 SUITES = ("leaderboard", "pdms", "alpasim", "comfort", "success")
 
 
@@ -46,7 +46,7 @@ SUITES = ("leaderboard", "pdms", "alpasim", "comfort", "success")
 class EpisodeLog:
     """Everything the suites need: events, the ego at every step, and route facts."""
 
-    events: list[dict[str, Any]]
+    events: list[Event]
     ego: Sequence[EgoState] = field(default_factory=list)
     route_length: float = 0.0  # metres from start to goal
     dt: float = 0.1
@@ -65,29 +65,33 @@ class EpisodeLog:
         return float(np.linalg.norm(np.diff(xy, axis=0), axis=1).sum())
 
     def infractions(self) -> list[dict[str, Any]]:
-        """The events that count as infractions, each with time and actor (if any)."""
+        """The events that count as infractions, as the journal stores them: ``{"type", "t", ...}``
+        (collisions as ``collision_<actor kind>`` with the actor and whose fault it was)."""
         out = []
         for e in self.events:
-            if e["type"] == "collision":
-                out.append({"type": f"collision_{e['actor_kind']}", "t": e["t"], "actor": e["actor"],
-                            "at_fault": e["at_fault"]})  # fmt: skip
-            elif e["type"] in ("offroad", "red_light", "stop_sign", "wrong_way", "route_deviation"):
-                out.append({"type": e["type"], "t": e["t"], **({"signal": e["signal"]} if "signal" in e else {})})
+            if e.kind is EventKind.COLLISION:
+                out.append({"type": f"collision_{e.actor_kind}", "t": e.t, "actor": e.actor, "at_fault": e.at_fault})
+            elif e.kind in INFRACTIONS:
+                out.append({"type": e.kind.value, "t": e.t, **({"signal": e.signal} if e.signal is not None else {})})
         return out
 
+    def count(self, kind: EventKind, **fields: Any) -> int:
+        """Events of a kind (optionally with these field values, e.g. ``at_fault=True``)."""
+        return sum(1 for e in self.events if e.matches(kind, **fields))
 
-def _collisions(events: Iterable[Mapping[str, Any]], at_fault_only: bool = False) -> list[Mapping[str, Any]]:
-    return [e for e in events if e["type"] == "collision" and (e["at_fault"] or not at_fault_only)]
+
+def _collisions(events: Iterable[Event], at_fault_only: bool = False) -> list[Event]:
+    return [e for e in events if e.kind is EventKind.COLLISION and (e.at_fault or not at_fault_only)]
 
 
 def leaderboard(log: EpisodeLog, version: str = "2.0") -> dict[str, float]:
     """CARLA Leaderboard route score: RC x IP (0-100), with RC, IP and infractions per km."""
     counts: dict[str, int] = {}
     for e in _collisions(log.events):
-        counts[e["actor_kind"]] = counts.get(e["actor_kind"], 0) + 1
+        counts[e.actor_kind] = counts.get(e.actor_kind, 0) + 1
     for e in log.events:
-        if e["type"] in ("red_light", "stop_sign"):
-            counts[e["type"]] = counts.get(e["type"], 0) + 1
+        if e.kind in (EventKind.RED_LIGHT, EventKind.STOP_SIGN):
+            counts[e.kind.value] = counts.get(e.kind.value, 0) + 1
     if log.timed_out:
         counts["scenario_timeout"] = 1
     if version == "2.0":
@@ -121,8 +125,8 @@ def pdms(log: EpisodeLog) -> dict[str, float]:
     """NAVSIM PDM score over the closed-loop episode (0-100) and its sub-scores."""
     nc = 1.0
     for e in _collisions(log.events, at_fault_only=True):
-        nc = min(nc, 0.5 if e["actor_kind"] == "static" else 0.0)
-    dac = 0.0 if any(e["type"] == "offroad" for e in log.events) else 1.0
+        nc = min(nc, 0.5 if e.actor_kind == "static" else 0.0)
+    dac = 0.0 if log.count(EventKind.OFFROAD) else 1.0
     ttc = 0.0 if any(s.ttc < TTC_THRESHOLD for s in log.ego) else 1.0
     ep = float(np.clip(log.route_completion, 0.0, 1.0))
     c = comfort(log)["all_bounds"]
@@ -132,19 +136,19 @@ def pdms(log: EpisodeLog) -> dict[str, float]:
 
 def alpasim(log: EpisodeLog) -> dict[str, float]:
     """AlpaSim scene score (0-100): 0 after an at-fault collision or off-road, else min(progress / 0.8, 1)."""
-    failed = bool(_collisions(log.events, at_fault_only=True)) or any(e["type"] == "offroad" for e in log.events)
+    failed = bool(_collisions(log.events, at_fault_only=True)) or bool(log.count(EventKind.OFFROAD))
     return {"score": 0.0 if failed else 100.0 * min(log.route_completion / 0.8, 1.0)}
 
 
 def success(log: EpisodeLog) -> dict[str, float]:
     """100 if the route was completed with no infraction at all, else 0."""
-    done = any(e["type"] == "route_complete" for e in log.events)
+    done = bool(log.count(EventKind.ROUTE_COMPLETE))
     clean = not log.infractions()
     return {"score": 100.0 if done and clean else 0.0}
 
 
 def km_per_incident(log: EpisodeLog) -> float:
-    incidents = sum(1 for e in log.events if e["type"] in INCIDENT_TYPES)
+    incidents = sum(1 for e in log.events if e.kind in INCIDENTS)
     km = log.distance / 1000.0
     return km / incidents if incidents else math.inf
 

@@ -66,7 +66,7 @@ class SceneFacts:
 
 
 def scene_facts(world: Any, horizon: float = 50.0) -> SceneFacts:
-    st, c = world.state, world.c
+    st, c = world.state, world.compiled
     a = c.actors
     ego = world.ego_record()
     facts = SceneFacts(speed=ego.speed, speed_limit=ego.speed_limit)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from rewards.comfort import comfort_checks, plan_comfort
+from rewards.events import EventKind
 from rewards.registry import register
 from rewards.transition import EgoState, Transition
 
@@ -27,29 +28,29 @@ def progress(t: Transition) -> float:
 @register("route_complete")
 def route_complete(t: Transition) -> float:
     """1 on the step the route is completed."""
-    return float(t.count("route_complete"))
+    return float(t.count(EventKind.ROUTE_COMPLETE))
 
 
 # --- safety events --------------------------------------------------------------------------------------
 @register("collision")
 def collision(t: Transition) -> float:
     """New at-fault collisions of any class."""
-    return float(t.count("collision", at_fault=True))
+    return float(t.count(EventKind.COLLISION, at_fault=True))
 
 
 @register("collision_vehicle")
 def collision_vehicle(t: Transition) -> float:
-    return float(t.count("collision", at_fault=True, actor_kind="vehicle"))
+    return float(t.count(EventKind.COLLISION, at_fault=True, actor_kind="vehicle"))
 
 
 @register("collision_pedestrian")
 def collision_pedestrian(t: Transition) -> float:
-    return float(t.count("collision", at_fault=True, actor_kind="pedestrian"))
+    return float(t.count(EventKind.COLLISION, at_fault=True, actor_kind="pedestrian"))
 
 
 @register("collision_static")
 def collision_static(t: Transition) -> float:
-    return float(t.count("collision", at_fault=True, actor_kind="static"))
+    return float(t.count(EventKind.COLLISION, at_fault=True, actor_kind="static"))
 
 
 @register("offroad")
@@ -60,12 +61,12 @@ def offroad(t: Transition) -> float:
 
 @register("red_light")
 def red_light(t: Transition) -> float:
-    return float(t.count("red_light"))
+    return float(t.count(EventKind.RED_LIGHT))
 
 
 @register("stop_sign")
 def stop_sign(t: Transition) -> float:
-    return float(t.count("stop_sign"))
+    return float(t.count(EventKind.STOP_SIGN))
 
 
 @register("wrong_way")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from rewards.events import Event, EventKind
+
 
 class EgoState(NamedTuple):
     t: float
@@ -40,11 +42,11 @@ class Transition(NamedTuple):
     prev: EgoState
     action: Any
     state: EgoState
-    events: list[dict[str, Any]]
+    events: list[Event]
     dt: float = 0.1
     world: Any = None
     reference: Any = None
 
-    def count(self, event_type: str, **match: Any) -> int:
-        """Number of events of a type in this step, optionally matching fields (e.g. at_fault=True)."""
-        return sum(1 for e in self.events if e["type"] == event_type and all(e.get(k) == v for k, v in match.items()))
+    def count(self, kind: EventKind | str, **fields: Any) -> int:
+        """Number of events of a kind in this step, optionally with these field values (e.g. at_fault=True)."""
+        return sum(1 for e in self.events if e.matches(kind, **fields))

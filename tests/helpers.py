@@ -12,7 +12,7 @@ from scenarios import geometry as geo
 
 def route_plan(world: World, speed: float, lateral: float = 0.0) -> np.ndarray:
     """64 waypoints along the route centreline (shifted ``lateral`` m left) at constant speed."""
-    st, c = world.state, world.c
+    st, c = world.state, world.compiled
     s = st.route_s + speed * 0.1 * np.arange(1, 65)
     pts, hs = geo.interpolate(c.route_xy, c.route_s, s)
     pts = pts + lateral * np.stack([-np.sin(hs), np.cos(hs)], 1)

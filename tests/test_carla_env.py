@@ -76,19 +76,19 @@ def test_an_episode_follows_the_planned_route_to_its_end_with_every_metric_suite
 def test_sensor_events_become_our_infractions():
     walker = make(FakeCarlaServer(walker_at=40.0))
     _, infos = drive(walker)
-    hit = [e for info in infos for e in info["events"] if e["type"] == "collision"]
-    assert len(hit) == 1 and hit[0]["actor_kind"] == "pedestrian" and hit[0]["at_fault"]
-    assert hit[0]["actor"] == f"carla:{WALKER_ID}" and hit[0]["where"] == "front"
+    hit = [e for info in infos for e in info["events"] if e.kind == "collision"]
+    assert len(hit) == 1 and hit[0].actor_kind == "pedestrian" and hit[0].at_fault
+    assert hit[0].actor == f"carla:{WALKER_ID}" and hit[0].where == "front"
     assert infos[-1]["metrics"]["infractions"][0]["type"] == "collision_pedestrian"
     assert infos[-1]["metrics"]["leaderboard"]["score"] < 100.0
 
     red = make(FakeCarlaServer(red_light=(30.0, 60.0)))
     _, infos = drive(red)  # this driver ignores lights
-    assert [e["signal"] for info in infos for e in info["events"] if e["type"] == "red_light"] == [str(LIGHT_ID)]
+    assert [e.signal for info in infos for e in info["events"] if e.kind == "red_light"] == [str(LIGHT_ID)]
 
     stop = make(FakeCarlaServer(stop_sign_at=50.0))
     _, infos = drive(stop)  # ... and stop signs
-    assert [e["type"] for info in infos for e in info["events"] if e["type"] == "stop_sign"] == ["stop_sign"]
+    assert [e.kind for info in infos for e in info["events"] if e.kind == "stop_sign"] == ["stop_sign"]
     assert infos[-1]["metrics"]["infractions"][0]["type"] == "stop_sign"
 
 
@@ -100,30 +100,31 @@ def test_the_episode_bookkeeping_matches_the_embedded_worlds_rules():
     ep = CarlaEpisode(route, frame(0.0, 0.0))
     contact = {"type": "collision", "other_id": 5, "other_type": "vehicle.tesla.model3", "other_xy": (-4.0, 0.0)}
     out = [ep.advance(frame(1.0, 0.0), [contact], 0.0), ep.advance(frame(1.5, 0.0), [contact], 0.0)]
-    assert [e["type"] for e in out[0]] == ["collision"] and out[1] == []  # one event per contact, not per frame
-    assert out[0][0]["where"] == "rear" and not out[0][0]["at_fault"] and out[0][0]["actor_kind"] == "vehicle"
+    assert [e.kind for e in out[0]] == ["collision"] and out[1] == []  # one event per contact, not per frame
+    assert out[0][0].where == "rear" and not out[0][0].at_fault and out[0][0].actor_kind == "vehicle"
     off = ep.advance(frame(2.0, 4.0, on_road=False), [], 0.0)
-    assert [e["type"] for e in off] == ["offroad"] and ep.off_route_lanes
+    assert [e.kind for e in off] == ["offroad"] and ep.route.off_route_lanes
     assert ep.advance(frame(2.5, 4.0, on_road=False), [], 0.0) == []  # once per excursion
     # a light's stop line projects onto the route; crossing it on red is one red_light event
     light = TrafficLight(3, True, np.array([[10.0, 1.0]]))
     assert ep.advance(frame(6.0, 0.0, light=light), [], 0.0) == [] and ep.stop_ahead() == pytest.approx(1.55)
-    assert [e["type"] for e in ep.advance(frame(8.0, 0.0, light=light), [], 0.0)] == ["red_light"]
+    assert [e.kind for e in ep.advance(frame(8.0, 0.0, light=light), [], 0.0)] == ["red_light"]
     # a stop sign: stopping within 8 m before its line clears it; running the next one is an infraction
     signs = np.array([[14.0, 0.5], [30.0, -0.5]])
     assert ep.advance(frame(9.0, 0.0, speed=0.1, stop_signs=signs), [], 0.0) == []  # stopped 2.55 m short
     assert ep.advance(frame(12.0, 0.0, stop_signs=signs), [], 0.0) == []  # crosses the first line: it had stopped
     assert ep.stop_ahead() == pytest.approx(30.0 - 14.45)  # the second sign is next
-    assert [e["type"] for e in ep.advance(frame(28.0, 0.0, stop_signs=signs), [], 0.0)] == ["stop_sign"]
+    assert [e.kind for e in ep.advance(frame(28.0, 0.0, stop_signs=signs), [], 0.0)] == ["stop_sign"]
     # wrong way: sustained driving against the lane (50 m), reported once
     events, x = [], 28.0
     while x < 90.0:
         x += 2.0
         events += ep.advance(frame(x, 0.0, lane_yaw=math.pi), [], 0.0)
-    assert [e["type"] for e in events] == ["wrong_way"] and ep.distance_wrong_way > 50.0
-    assert [e["type"] for e in ep.advance(frame(92.0, 13.0), [], 0.0)] == ["route_deviation"]
-    assert [e["type"] for e in ep.advance(frame(99.5, 0.0, speed=0.0), [], 0.0)] == ["route_complete"]
-    assert ep.route_completion == 1.0 and ep.accel == pytest.approx(-50.0) and ep.time_stopped == pytest.approx(0.1)
+    assert [e.kind for e in events] == ["wrong_way"] and ep.route.distance_wrong_way > 50.0
+    assert [e.kind for e in ep.advance(frame(92.0, 13.0), [], 0.0)] == ["route_deviation"]
+    assert [e.kind for e in ep.advance(frame(99.5, 0.0, speed=0.0), [], 0.0)] == ["route_complete"]
+    assert ep.route_completion == 1.0 and ep.accel == pytest.approx(-50.0)
+    assert ep.route.time_stopped == pytest.approx(0.1)
 
 
 def test_pedals_realise_the_wanted_acceleration_and_steer_the_right_way():

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rewards import REWARD_TERMS, EgoState, EpisodeLog, Transition, compute_suites
+from rewards import REWARD_TERMS, EgoState, EpisodeLog, Event, EventKind, Transition, compute_suites
 from rewards.metrics import alpasim, comfort, leaderboard, pdms, success
 
 
@@ -24,11 +24,11 @@ def track(completion: float, n: int = 50, speed: float = 10.0, accel: float = 0.
 
 
 def collision(kind, at_fault=True):
-    return {"type": "collision", "t": 1.0, "actor": "a", "actor_kind": kind, "where": "front", "at_fault": at_fault}
+    return Event(EventKind.COLLISION, 1.0, actor="a", actor_kind=kind, where="front", at_fault=at_fault)
 
 
 def test_leaderboard_20_multiplies_coefficients():
-    log = EpisodeLog([collision("vehicle"), {"type": "red_light", "t": 2.0, "signal": "s"}], track(0.8), 100.0)
+    log = EpisodeLog([collision("vehicle"), Event(EventKind.RED_LIGHT, 2.0, signal="s")], track(0.8), 100.0)
     lb = leaderboard(log)
     assert lb["infraction_penalty"] == pytest.approx(0.6 * 0.7)
     assert lb["route_completion"] == pytest.approx(80.0)
@@ -36,7 +36,7 @@ def test_leaderboard_20_multiplies_coefficients():
 
 
 def test_leaderboard_21_and_outside_lanes():
-    log = EpisodeLog([collision("vehicle"), {"type": "red_light", "t": 2.0}], track(1.0), 100.0)
+    log = EpisodeLog([collision("vehicle"), Event(EventKind.RED_LIGHT, 2.0)], track(1.0), 100.0)
     assert leaderboard(log, "2.1")["infraction_penalty"] == pytest.approx(1 / (1 + 0.7 + 0.4))
     log = EpisodeLog([collision("pedestrian")], track(1.0), 200.0, distance_outside_route_lanes=20.0)
     assert leaderboard(log)["infraction_penalty"] == pytest.approx(0.5 * 0.9)
@@ -45,7 +45,7 @@ def test_leaderboard_21_and_outside_lanes():
 
 
 def test_pdms_sub_scores():
-    clean = EpisodeLog([{"type": "route_complete", "t": 4.0}], track(1.0), 100.0)
+    clean = EpisodeLog([Event(EventKind.ROUTE_COMPLETE, 4.0)], track(1.0), 100.0)
     assert pdms(clean)["score"] == pytest.approx(100.0)
     assert pdms(EpisodeLog([collision("vehicle")], track(1.0), 100.0))["score"] == 0.0
     static = pdms(EpisodeLog([collision("static")], track(1.0), 100.0))
@@ -54,7 +54,7 @@ def test_pdms_sub_scores():
     assert half["score"] == pytest.approx(100 * (5 + 5 * 0.5 + 2) / 12)
     close = [s._replace(ttc=0.5) if k == 10 else s for k, s in enumerate(track(1.0))]
     assert pdms(EpisodeLog([], close, 100.0))["ttc"] == 0.0
-    assert pdms(EpisodeLog([{"type": "offroad", "t": 1.0}], track(1.0), 100.0))["score"] == 0.0
+    assert pdms(EpisodeLog([Event(EventKind.OFFROAD, 1.0)], track(1.0), 100.0))["score"] == 0.0
     not_at_fault = EpisodeLog([collision("vehicle", at_fault=False)], track(1.0), 100.0)
     assert pdms(not_at_fault)["nc"] == 1.0
 
@@ -70,9 +70,9 @@ def test_comfort_and_success():
     assert comfort(EpisodeLog([], track(1.0), 100.0))["score"] == pytest.approx(100.0)
     harsh = track(1.0, accel=-6.0)
     assert comfort(EpisodeLog([], harsh, 100.0))["score"] == 0.0
-    done = {"type": "route_complete", "t": 4.9}
+    done = Event(EventKind.ROUTE_COMPLETE, 4.9)
     assert success(EpisodeLog([done], track(1.0), 100.0))["score"] == 100.0
-    assert success(EpisodeLog([done, {"type": "stop_sign", "t": 1}], track(1.0), 100.0))["score"] == 0.0
+    assert success(EpisodeLog([done, Event(EventKind.STOP_SIGN, 1)], track(1.0), 100.0))["score"] == 0.0
 
 
 def test_compute_suites_is_on_a_0_100_scale():
@@ -96,8 +96,8 @@ def T(prev=None, state=None, events=(), action=None, reference=None):
     ("collision_static", T(events=[collision("static")]), 1.0),
     ("collision_vehicle", T(events=[collision("static")]), 0.0),
     ("offroad", T(state=ego(offroad=True)), 1.0),
-    ("red_light", T(events=[{"type": "red_light", "t": 0}]), 1.0),
-    ("stop_sign", T(events=[{"type": "stop_sign", "t": 0}]), 1.0),
+    ("red_light", T(events=[Event(EventKind.RED_LIGHT, 0)]), 1.0),
+    ("stop_sign", T(events=[Event(EventKind.STOP_SIGN, 0)]), 1.0),
     ("wrong_way", T(state=ego(wrong_way=True)), 1.0),
     ("speeding", T(state=ego(speed=16.9, speed_limit=13.9)), 3.0),
     ("speeding", T(state=ego(speed=10.0)), 0.0),
@@ -110,7 +110,7 @@ def T(prev=None, state=None, events=(), action=None, reference=None):
     ("blocked", T(state=ego(speed=0.0)), 1.0),
     ("blocked", T(state=ego(speed=0.0, stop_ahead=3.0)), 0.0),
     ("min_speed", T(state=ego(speed=3.475, speed_limit=13.9)), 0.5),
-    ("route_complete", T(events=[{"type": "route_complete", "t": 0}]), 1.0),
+    ("route_complete", T(events=[Event(EventKind.ROUTE_COMPLETE, 0)]), 1.0),
 ])  # fmt: skip
 def test_term_values(name, transition, expected):
     assert REWARD_TERMS[name](transition) == pytest.approx(expected)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from rewards.events import Event, EventKind
 from training.rl_losses import (
     ClipConfig,
     clipped_loss,
@@ -401,7 +402,8 @@ class _ScriptedEnv:
         return {"t": self.t}
 
     def step(self, action):
-        events = [{"type": "collision"}] if self.t == self.fail_at else [{"type": "lane_invasion"}]
+        kind = EventKind.COLLISION if self.t == self.fail_at else EventKind.LANE_INVASION
+        events = [Event(kind, 0.1 * self.t)]
         self.t += 1
         return {"t": np.array(self.t)}, 0.0, self.t >= self.length, False, {"events": events}
 

@@ -26,7 +26,7 @@ def _advance(world, metres):
     from scenarios import geometry as geo
 
     s = world.state.route_s + metres
-    xy, h = geo.interpolate(world.c.route_xy, world.c.route_s, s)
+    xy, h = geo.interpolate(world.compiled.route_xy, world.compiled.route_s, s)
     world.state.x[0], world.state.y[0], world.state.yaw[0] = xy[0], xy[1], float(h)
     world._update_route(full=True)
 
@@ -65,7 +65,7 @@ def test_red_and_green_lights_are_visible_ahead():
     red = World(_junction("red"))
     green = World(_junction("green"))
     for w in (red, green):
-        _advance(w, w.c.route_stop_s[0] - w.state.route_s - 15.0)  # 15 m before the stop line
+        _advance(w, w.compiled.route_stop_s[0] - w.state.route_s - 15.0)  # 15 m before the stop line
     img_red, img_green = _front(red), _front(green)
     assert _lamp_pixels(img_red, RED) >= 2 and _lamp_pixels(img_green, RED) == 0
     assert _lamp_pixels(img_green, 0) >= 2
@@ -73,7 +73,7 @@ def test_red_and_green_lights_are_visible_ahead():
 
 def test_an_intersection_shows_crosswalks_and_a_wide_junction():
     j = World(_junction("green"))
-    _advance(j, j.c.route_stop_s[0] - j.state.route_s - 4.0)  # the zebra crossing just ahead
+    _advance(j, j.compiled.route_stop_s[0] - j.state.route_s - 4.0)  # the zebra crossing just ahead
     plain = World(make_scenario("straight", {"lanes": 1, "length": 300.0, "speed_limit": 13.9, "density": 0.0}, 0, "s"))
     white = lambda img: int((img.min(2) > 215).sum())  # noqa: E731
     asphalt = lambda img: int((np.abs(img[64:72].astype(int) - [70, 70, 74]).sum(2) < 25).sum())  # noqa: E731

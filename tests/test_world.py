@@ -20,7 +20,7 @@ def _with(scn, **update):
 
 
 def _types(events):
-    return [e["type"] for e in events]
+    return [e.kind for e in events]
 
 
 # --- crafted events ----------------------------------------------------------------------------------------
@@ -31,17 +31,17 @@ def test_driving_into_a_parked_car_is_a_front_at_fault_vehicle_collision(empty_s
     )
     w = World(scn)
     events = drive_world(w, lambda w: route_plan(w, 10.0), 6.0)
-    hits = [e for e in events if e["type"] == "collision"]
+    hits = [e for e in events if e.kind == "collision"]
     assert len(hits) == 1  # one event per contact, not one per step
-    assert hits[0] | {"t": 0, "ego_speed": 0, "actor_speed": 0} == {
-        "type": "collision", "t": 0, "actor": "parked", "actor_kind": "vehicle", "where": "front",
+    assert hits[0].to_dict() | {"t": 0, "ego_speed": 0, "actor_speed": 0} == {
+        "kind": "collision", "t": 0, "actor": "parked", "actor_kind": "vehicle", "where": "front",
         "at_fault": True, "ego_speed": 0, "actor_speed": 0,
-    }  # fmt: skip
+    }
 
 
 def test_being_rear_ended_while_stopped_is_not_at_fault(empty_straight):
     ego = empty_straight.ego
-    lane = World(empty_straight).c.road_map.lanes[ego.lane]
+    lane = World(empty_straight).compiled.road_map.lanes[ego.lane]
     start, h = lane.pose_at(ego.s - 25)
     end, _ = lane.pose_at(ego.s + 5)
     track = [[0.0, *start, h], [3.0, *end, h]]
@@ -54,8 +54,8 @@ def test_being_rear_ended_while_stopped_is_not_at_fault(empty_straight):
     events = []
     for _ in range(40):
         events += w.step(0.0, 0.0)
-    hits = [e for e in events if e["type"] == "collision"]
-    assert hits and hits[0]["where"] == "rear" and hits[0]["at_fault"] is False
+    hits = [e for e in events if e.kind == "collision"]
+    assert hits and hits[0].where == "rear" and hits[0].at_fault is False
 
 
 def test_hitting_a_crossing_pedestrian_is_a_pedestrian_collision(empty_straight):
@@ -71,8 +71,8 @@ def test_hitting_a_crossing_pedestrian_is_a_pedestrian_collision(empty_straight)
     }
     w = World(_with(empty_straight, actors=[walker]))
     events = drive_world(w, lambda w: route_plan(w, 8.0), 6.0)
-    hits = [e for e in events if e["type"] == "collision"]
-    assert hits and hits[0]["actor_kind"] == "pedestrian" and hits[0]["at_fault"]
+    hits = [e for e in events if e.kind == "collision"]
+    assert hits and hits[0].actor_kind == "pedestrian" and hits[0].at_fault
 
 
 def test_steering_off_the_road_is_an_offroad_event(empty_straight):
@@ -80,7 +80,7 @@ def test_steering_off_the_road_is_an_offroad_event(empty_straight):
     events = []
     while "offroad" not in _types(events) and w.t < 3.0:
         events += w.step(0.0, 0.35)
-    assert w.state.offroad and events[-1]["type"] == "offroad"
+    assert w.state.offroad and events[-1].kind == "offroad"
     assert sum(w.step(0.0, 0.0) != [] for _ in range(3)) == 0  # entering is one event, not one per step
 
 
@@ -138,7 +138,7 @@ def test_idm_traffic_stops_behind_a_parked_car_without_touching_it(empty_straigh
     w = World(scn)
     for _ in range(250):
         w.step(0.0, 0.0)
-    a = w.c.actors
+    a = w.compiled.actors
     i, j = a.index("car"), a.index("parked")
     gap = w.state.s[j] - w.state.s[i] - (a.length[i] + a.length[j]) / 2
     assert w.state.speed[i] < 0.05 and 0.5 < gap < 6.0
@@ -150,25 +150,25 @@ def test_idm_traffic_stops_at_a_red_light():
     w = World(scn)
     for _ in range(200):
         w.step(-1.0, 0.0)
-    i = w.c.actors.index("car")
-    stop_s = w.c.path_stop_s[w.state.path_id[i]][0]
-    front = w.state.s[i] + w.c.actors.length[i] / 2
+    i = w.compiled.actors.index("car")
+    stop_s = w.compiled.path_stop_s[w.state.path_id[i]][0]
+    front = w.state.s[i] + w.compiled.actors.length[i] / 2
     assert w.state.speed[i] < 0.05 and 0.0 < stop_s - front < 4.0
 
 
 def test_cut_in_changes_into_the_ego_lane(smoke):
     w = World(smoke.get("cut_in-000"))
-    i = w.c.actors.index("cutter")
+    i = w.compiled.actors.index("cutter")
     v = w.scenario.ego.speed
     drive_world(w, lambda w: route_plan(w, v), 15.0)  # the ego closes in on the slower cutter
     assert w.state.mode[i] == Mode.DONE
-    lane, _ = w.c.paths.lane_at(w.state.path_id[[i]], w.state.s[[i]])
-    assert w.c.lane_ids[lane[0]] == w.scenario.ego.lane and abs(w.state.d[i]) < 1e-6
+    lane, _ = w.compiled.paths.lane_at(w.state.path_id[[i]], w.state.s[[i]])
+    assert w.compiled.lane_ids[lane[0]] == w.scenario.ego.lane and abs(w.state.d[i]) < 1e-6
 
 
 def test_hard_braking_lead_stops_holds_then_drives_on(smoke):
     w = World(smoke.get("lead_brake-000"))
-    i = w.c.actors.index("lead")
+    i = w.compiled.actors.index("lead")
     seen = set()
     driver = RouteFollower()
     ctl = TrajectoryController()
@@ -180,14 +180,14 @@ def test_hard_braking_lead_stops_holds_then_drives_on(smoke):
         w.step(*ctl.control(st.x[0], st.y[0], st.yaw[0], st.speed[0], st.steer))
         seen.add(int(w.state.mode[i]))
     assert {Mode.BRAKING, Mode.HOLDING, Mode.DONE} <= seen
-    assert not [e for e in w.log if e["type"] == "collision"]
+    assert not [e for e in w.log if e.kind == "collision"]
 
 
 # --- control ------------------------------------------------------------------------------------------------
 def test_controller_tracks_a_15m_radius_curve_at_8mps_within_30cm(curve15):
     w = World(curve15)
     w.state.speed[0] = 8.0
-    c = w.c
+    c = w.compiled
     errors = []
     ctl = TrajectoryController()
     arc_start, arc_end = 60.0, 60.0 + 15.0 * np.deg2rad(150.0)

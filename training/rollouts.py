@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rewards.events import INCIDENTS
 from rewards.terms import standing_blocked
 from training.rl_module import CHAIN, REASONING_IDS, SMASK, TEXT_LOGP, TRAJ_LOGP
 
@@ -159,7 +160,7 @@ def _batch(obs_list: list[dict[str, np.ndarray]]) -> dict[str, Any]:
     return {Columns.OBS: {k: torch.from_numpy(np.stack([np.asarray(o[k]) for o in obs_list])) for k in obs_list[0]}}
 
 
-FAILURES = frozenset({"collision", "offroad", "red_light", "stop_sign", "wrong_way"})
+FAILURES = INCIDENTS  # collision, off-road, red light, stop sign, wrong way
 
 
 def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np.ndarray], int, str]:
@@ -188,7 +189,7 @@ def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np
             if task.failure_lookback and task.stall_decisions:
                 standing = standing + 1 if standing_blocked(env.unwrapped.world.ego_record()) else 0
                 stalled = standing >= task.stall_decisions
-            if task.failure_lookback and (stalled or any(e["type"] in FAILURES for e in info["events"])):
+            if task.failure_lookback and (stalled or any(e.kind in FAILURES for e in info["events"])):
                 failed_at = steps - 1  # the decision whose step brought it
                 kind = "stall" if stalled else "failure"
                 break

@@ -45,7 +45,7 @@ from envs.sensors import make_rig
 from envs.sensors.video import camera_grid, status_bar
 from envs.world import DT
 from envs.world.kernels import route_points_ego
-from rewards import DEFAULT_REWARDS, RewardComposer, Transition
+from rewards import DEFAULT_REWARDS, Event, EventKind, RewardComposer, Transition
 from scenarios import Scenario
 
 FRAMES_PER_STEP = round(DT / FRAME_DT)  # server frames per 0.1 s world step
@@ -197,7 +197,7 @@ class CarlaDriveEnv(gym.Env):
             if self.invalid_action == "raise":
                 raise
             self._done = True
-            event = {"type": "invalid_action", "t": self.world.t, "reason": str(e)}
+            event = Event(EventKind.INVALID_ACTION, self.world.t, reason=str(e))
             self.world.log.append(event)
             info = self._info([event], dict.fromkeys(self.composer.terms, 0.0))
             info["metrics"] = self.episode_metrics()

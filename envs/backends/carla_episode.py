@@ -7,27 +7,29 @@ embedded world writes: ``rewards.EgoState`` for the reward terms, and events ``c
 ``actor_kind`` and ``at_fault`` by the same contact rule), ``offroad``, ``red_light`` (the ego's front
 crossing the stop line of a red light), ``stop_sign`` (crossing a stop sign's line without having
 stopped within 8 m before it), ``wrong_way`` (sustained driving against the lane),
-``route_deviation`` and ``route_complete``, for ``rewards.compute_suites``. It needs no server.
+``route_deviation`` and ``route_complete``, for ``rewards.compute_suites``, by the same rules
+(:mod:`envs.episode_rules`). It needs no server.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from envs.world.collision import classify_contact
+from envs.episode_rules import RouteBook, StopLine, collision_event, is_wrong_way, pass_stop_lines
 from envs.world.kernels import ego_threat
-from envs.world.world import DT, ROUTE_DEVIATION, WRONG_WAY_DISTANCE
+from envs.world.world import DT
 from rewards import EgoState, EpisodeLog
+from rewards.events import Event, EventKind
 from scenarios import geometry as geo
 
 GOAL_MARGIN_M = 2.0  # the route counts as complete this close to its end
 CONTACT_GAP_S = 1.0  # a new collision with the same actor needs this long without contact
 STOP_LINE_ON_ROUTE_M = 4.0  # a light's stop point farther than this from the route is another lane's
-STOPPED_BEFORE_M = 8.0  # a stop counts within this many metres before a stop sign's line (as the embedded world)
 OFF_ROUTE_LATERAL_M = 5.0  # farther than this from the route centreline is outside the route's lanes
 
 
@@ -76,21 +78,19 @@ class CarlaEpisode:
         self.route_heading = geo.headings(route)
         self.goal_distance = max(float(self.route_s[-1]) - GOAL_MARGIN_M, 0.0)
         self.t = 0.0
-        self.log: list[dict[str, Any]] = []
+        self.log: list[Event] = []
         self.steer = 0.0
         self.segment = 0
         self.stop_lines: dict[int, float] = {}  # light id -> stop line's arc length on the route
         self.sign_lines: dict[tuple[int, int], float | None] = {}  # stop sign (decimetres) -> its line on the route
-        self.signs_done: set[tuple[int, int]] = set()  # stop signs the ego has stopped at
+        self.signs_done: defaultdict[tuple[int, int], bool] = defaultdict(bool)  # stop signs the ego has stopped at
         self.contacts: dict[int, float] = {}  # actor id -> last time in contact
         self.frame = first
         self.start_s, self.lateral, self.heading_error = self._project(first.ego)
         self.route_s_now, self.progress = self.start_s, self.start_s
-        self.distance = self.distance_outside_route_lanes = self.distance_wrong_way = 0.0
-        self.wrong_way_run = 0.0
-        self.time_stopped = 0.0
-        self.offroad = self.wrong_way = self.off_route_lanes = False
-        self.route_deviated = self.route_completed = False
+        self.distance = 0.0
+        self.offroad = False
+        self.route = RouteBook(goal_distance=self.goal_distance)
         self.red_light_line: float | None = None
         self.accel = self.yaw_rate = 0.0
 
@@ -117,8 +117,8 @@ class CarlaEpisode:
         ttc, gap = self._threat()
         return EgoState(
             self.t, x, y, yaw, speed, self.accel, self.yaw_rate, self.steer, self.route_progress,
-            self.route_completion, self.lateral, self.heading_error, f.speed_limit, self.offroad, self.wrong_way,
-            self.off_route_lanes, ttc, gap, self.stop_ahead(),
+            self.route_completion, self.lateral, self.heading_error, f.speed_limit, self.offroad, self.route.wrong_way,
+            self.route.off_route_lanes, ttc, gap, self.stop_ahead(),
         )  # fmt: skip
 
     def _threat(self) -> tuple[float, float]:
@@ -133,12 +133,12 @@ class CarlaEpisode:
         sign's it has not stopped at yet (inf if none)."""
         front = self.route_s_now + self.frame.ego_size[0] / 2
         lines = [self.red_light_line] if self.red_light_line is not None else []
-        lines += [s for k, s in self.sign_lines.items() if s is not None and k not in self.signs_done]
+        lines += [s for k, s in self.sign_lines.items() if s is not None and not self.signs_done[k]]
         gaps = [line - front for line in lines if line - front >= -0.5]
         return min(gaps) if gaps else math.inf
 
     # --- one 0.1 s step --------------------------------------------------------------------------------------
-    def advance(self, frame: FrameData, sensor_events: list[dict[str, Any]], steer: float) -> list[dict[str, Any]]:
+    def advance(self, frame: FrameData, sensor_events: list[dict[str, Any]], steer: float) -> list[Event]:
         """Take the last server frame of a 0.1 s step and the sensor events of all its frames; return
         our events for the step (also appended to ``log``)."""
         prev, prev_speed = self.frame.ego, self.frame.ego[3]
@@ -153,55 +153,32 @@ class CarlaEpisode:
         self.route_s_now, self.lateral, self.heading_error = self._project(frame.ego)
         self.progress = max(self.progress, self.route_s_now)
         front = self.route_s_now + frame.ego_size[0] / 2
-        moved = self.progress - prev_progress
         t = self.t
         events = self._collisions(sensor_events)
 
         if not frame.on_road and not self.offroad:
-            events.append({"type": "offroad", "t": t, "lateral": float(self.lateral)})
+            events.append(Event(EventKind.OFFROAD, t, lateral=float(self.lateral)))
         self.offroad = not frame.on_road
 
+        lines = [StopLine(key, line) for key, line in self._sign_lines(frame.stop_signs)]
         self.red_light_line = None
         if frame.light is not None:
             line = self._stop_line(frame.light)
             if line is not None and frame.light.red:
                 self.red_light_line = line
-                if prev_front < line <= front:
-                    events.append({"type": "red_light", "t": t, "signal": str(frame.light.id)})
+                lines.append(StopLine(("light", frame.light.id), line, str(frame.light.id), red=True))
+        events += pass_stop_lines(t, prev_front, front, speed, lines, self.signs_done)
 
-        for key, line in self._sign_lines(frame.stop_signs):
-            if line - STOPPED_BEFORE_M < front <= line + 0.5 and speed < 0.3:
-                self.signs_done.add(key)
-            if prev_front < line <= front and key not in self.signs_done:
-                events.append({"type": "stop_sign", "t": t})
-
-        wrong = (frame.lane_yaw is not None and speed > 0.5
-                 and abs(float(geo.wrap_angle(yaw - frame.lane_yaw))) > 2.0)  # fmt: skip
-        self.wrong_way_run = self.wrong_way_run + moved if wrong else 0.0
-        if wrong and self.wrong_way_run >= WRONG_WAY_DISTANCE and self.wrong_way_run - moved < WRONG_WAY_DISTANCE:
-            events.append({"type": "wrong_way", "t": t, "lane": "carla"})
-        self.wrong_way = wrong
-        self.off_route_lanes = self.offroad or wrong or abs(self.lateral) > OFF_ROUTE_LATERAL_M
-        if self.off_route_lanes:
-            self.distance_outside_route_lanes += moved
-        if wrong:
-            self.distance_wrong_way += moved
-
-        if abs(self.lateral) > ROUTE_DEVIATION and not self.route_deviated:
-            self.route_deviated = True
-            events.append({"type": "route_deviation", "t": t, "lateral": float(self.lateral)})
-        if not self.route_completed and self.route_progress >= self.goal_distance:
-            self.route_completed = True
-            events.append({"type": "route_complete", "t": t})
-        self.time_stopped = self.time_stopped + DT if speed < 0.1 else 0.0
-        events += [e | {"t": t} for e in sensor_events if e["type"] == "lane_invasion"]
+        wrong = is_wrong_way(yaw, frame.lane_yaw, speed)
+        off_route = self.offroad or wrong or abs(self.lateral) > OFF_ROUTE_LATERAL_M
+        moved = self.progress - prev_progress
+        events += self.route.update(t, DT, moved, self.route_progress, self.lateral, speed, wrong, off_route, "carla")
+        events += [Event(EventKind.LANE_INVASION, t) for e in sensor_events if e["type"] == "lane_invasion"]
         self.log.extend(events)
         return events
 
-    def _collisions(self, sensor_events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _collisions(self, sensor_events: list[dict[str, Any]]) -> list[Event]:
         """One event when a contact with an actor begins (the sensor fires on every frame of it)."""
-        x, y, yaw, speed = self.frame.ego
-        length, width = self.frame.ego_size
         out = []
         for e in sensor_events:
             if e["type"] != "collision":
@@ -210,13 +187,10 @@ class CarlaEpisode:
             self.contacts[actor] = self.t
             if last is not None and self.t - last <= CONTACT_GAP_S:
                 continue
-            ox, oy = e["other_xy"]
-            where = classify_contact(x, y, yaw, length, width, ox, oy)
-            out.append({
-                "type": "collision", "t": self.t, "actor": f"carla:{actor}", "actor_kind": actor_kind(e["other_type"]),
-                "where": where, "at_fault": bool(where in ("front", "lateral") and speed > 0.5),
-                "ego_speed": float(speed), "actor_speed": float(e.get("other_speed", 0.0)),
-            })  # fmt: skip
+            kind = actor_kind(e["other_type"])
+            xy = tuple(e["other_xy"])
+            out.append(collision_event(self.t, self.frame.ego, self.frame.ego_size, f"carla:{actor}", kind, xy,
+                                       float(e.get("other_speed", 0.0))))  # fmt: skip
         return out
 
     def _stop_line(self, light: TrafficLight) -> float | None:
@@ -246,8 +220,8 @@ class CarlaEpisode:
     def episode_log(self, ego: list[EgoState]) -> EpisodeLog:
         """The episode as the suites read it, with the ego's record at every 0.1 s (the env keeps those)."""
         return EpisodeLog(events=list(self.log), ego=list(ego), route_length=self.goal_distance, dt=DT,
-                          timed_out=self.time_stopped >= 10.0 and not self.route_completed,
-                          distance_outside_route_lanes=self.distance_outside_route_lanes)  # fmt: skip
+                          timed_out=self.route.blocked,
+                          distance_outside_route_lanes=self.route.distance_outside_route_lanes)  # fmt: skip
 
     def stats(self) -> dict[str, float]:
         return {
@@ -256,6 +230,6 @@ class CarlaEpisode:
             "route_progress": self.route_progress,
             "route_length": self.goal_distance,
             "route_completion": self.route_completion,
-            "distance_outside_route_lanes": self.distance_outside_route_lanes,
-            "distance_wrong_way": self.distance_wrong_way,
+            "distance_outside_route_lanes": self.route.distance_outside_route_lanes,
+            "distance_wrong_way": self.route.distance_wrong_way,
         }

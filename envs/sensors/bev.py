@@ -46,7 +46,7 @@ class BEVRenderer:
         return p
 
     def render(self, world: World) -> np.ndarray:
-        geom = map_geometry(world.c.road_map)
+        geom = map_geometry(world.compiled.road_map)
         tex_from_px = np.linalg.inv(geom.world_from_texture) @ self._world_from_pixel(world)
         img = cv2.warpAffine(
             geom.texture,
@@ -61,7 +61,7 @@ class BEVRenderer:
         def poly(pts):
             return np.round(self.to_pixels(world, pts) * scale).astype(np.int32)
 
-        c = world.c
+        c = world.compiled
         route = c.route_xy[max(world.state.route_seg - 5, 0) :]
         cv2.polylines(img, [poly(route)], False, ROUTE_COLOUR, max(1, int(1.2 / self.res)), cv2.LINE_AA, shift)
         sig = world.signal_states()

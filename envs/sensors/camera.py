@@ -236,7 +236,7 @@ class CameraRenderer:
         ex, ey, eyaw = float(st.x[0]), float(st.y[0]), float(st.yaw[0])
         c, s = math.cos(eyaw), math.sin(eyaw)
         R_ew = np.array([[c, s, 0.0], [-s, c, 0.0], [0.0, 0.0, 1.0]])  # world -> ego rotation
-        geom = map_geometry(world.c.road_map)
+        geom = map_geometry(world.compiled.road_map)
         boxes = self._boxes(world, geom)
         for k in range(n):
             img = out[k]
@@ -277,7 +277,7 @@ class CameraRenderer:
         Actors (with a glass cabin on cars), then the map's props (signal poles and heads, stop signs);
         a signal head carries its light's current state, everything else -1.
         """
-        st, a = world.state, world.c.actors
+        st, a = world.state, world.compiled.actors
         idx = np.flatnonzero(st.active)
         idx = idx[idx > 0]
         kind = a.kind[idx]

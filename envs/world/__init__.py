@@ -1,7 +1,7 @@
 """The embedded world: state arrays, traffic, signals, events, snapshot / restore."""
 
-from envs.world.compile import GREEN, RED, YELLOW, Compiled, compile_scenario
-from envs.world.state import ActorTable, Behaviour, Kind, Mode, Motion, WorldState
+from envs.world.compile import CompiledScenario, compile_scenario
+from envs.world.state import GREEN, RED, YELLOW, ActorTable, Behaviour, Kind, Mode, Motion, SignalState, WorldState
 from envs.world.world import ACCEL_LIMITS, DT, MAX_SPEED, MAX_STEER, WHEELBASE, World
 
 __all__ = [
@@ -15,10 +15,11 @@ __all__ = [
     "YELLOW",
     "ActorTable",
     "Behaviour",
-    "Compiled",
+    "CompiledScenario",
     "Kind",
     "Mode",
     "Motion",
+    "SignalState",
     "World",
     "WorldState",
     "compile_scenario",

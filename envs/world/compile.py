@@ -15,14 +15,12 @@ import numpy as np
 
 from envs.world.lanegrid import AreaGrid, LaneGrid
 from envs.world.paths import PathTable
-from envs.world.state import ActorTable, Behaviour, Kind, Motion
+from envs.world.state import GREEN, ActorTable, Behaviour, Kind, Motion, SignalState
 from scenarios import geometry as geo
 from scenarios.banks import load_map
 from scenarios.maps import RoadMap
 from scenarios.schema import Scenario
 
-SIGNAL_STATES = {"green": 0, "yellow": 1, "red": 2}
-GREEN, YELLOW, RED = 0, 1, 2
 OFFROAD_TOLERANCE = 0.3  # metres (nuPlan's drivable-area tolerance)
 EGO_ID = "ego"
 _KINDS = {"vehicle": Kind.VEHICLE, "pedestrian": Kind.PEDESTRIAN, "cyclist": Kind.CYCLIST, "static": Kind.STATIC}
@@ -37,7 +35,7 @@ _BEHAVIOURS = {
 
 
 @dataclass
-class Compiled:
+class CompiledScenario:
     scenario: Scenario
     road_map: RoadMap
     lane_ids: list[str]
@@ -96,10 +94,10 @@ def scenario_key(scn: Scenario) -> str:
     return hashlib.sha1(json.dumps(scn.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
 
 
-_CACHE: dict[str, Compiled] = {}
+_CACHE: dict[str, CompiledScenario] = {}
 
 
-def compile_scenario(scn: Scenario, road_map: RoadMap | None = None) -> Compiled:
+def compile_scenario(scn: Scenario, road_map: RoadMap | None = None) -> CompiledScenario:
     key = scenario_key(scn)
     if key not in _CACHE:
         if len(_CACHE) > 32:
@@ -131,7 +129,7 @@ def _grid_for(road_map: RoadMap, lane_index: dict[str, int]) -> LaneGrid:
     return hit[1]
 
 
-def _compile(scn: Scenario, road_map: RoadMap) -> Compiled:
+def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
     lane_ids = list(road_map.lanes)
     lane_index = {k: i for i, k in enumerate(lane_ids)}
     paths = PathTable()
@@ -244,7 +242,7 @@ def _compile(scn: Scenario, road_map: RoadMap) -> Compiled:
         k = sig_index[sid]
         durs = np.array([p.duration for p in prog.phases])
         cum[k, : len(durs)] = np.cumsum(durs)
-        states[k, : len(durs)] = [SIGNAL_STATES[p.state] for p in prog.phases]
+        states[k, : len(durs)] = [SignalState[p.state.upper()] for p in prog.phases]
         cycle[k], offset[k] = durs.sum(), prog.offset
     for k in range(S):  # the padded tail must never be selected: repeat the last phase's state
         n_ph = int(np.isfinite(cum[k]).sum())
@@ -282,7 +280,7 @@ def _compile(scn: Scenario, road_map: RoadMap) -> Compiled:
     route_stop = stop_s[route_path], stop_sig[route_path]
     finite = np.isfinite(route_stop[0])
 
-    return Compiled(
+    return CompiledScenario(
         scenario=scn,
         road_map=road_map,
         lane_ids=lane_ids,

@@ -12,7 +12,8 @@ import math
 import numpy as np
 from numba import njit
 
-RED, YELLOW = 2, 1
+from envs.world.state import ACTIVE, BRAKING, DONE, HOLDING, RED, WAITING, YELLOW
+
 GEOMETRIC_RANGE = 45.0  # metres of path ahead searched for the ego / walkers
 SIGNAL_DECEL = 4.0  # m/s^2: stop for yellow only if this is enough
 
@@ -239,9 +240,6 @@ def ego_contacts(x, y, yaw, length, width, active):
         _corners(x[j], y[j], yaw[j], length[j], width[j], other)
         out[j] = not _separated(ego, other)
     return out
-
-
-WAITING, ACTIVE, BRAKING, HOLDING, DONE = 0, 1, 2, 3, 4  # state.Mode
 
 
 @njit(cache=True)

@@ -3,6 +3,10 @@
 ``ActorTable`` holds what never changes during an episode (sizes, kinds, behaviour parameters);
 ``WorldState`` holds everything that does. Row 0 is always the ego. A snapshot is a deep copy of
 the ``WorldState`` (including the RNG state), which is all that ``restore`` needs.
+
+The integer codes of the arrays (actor kinds, motion models, behaviours, behaviour modes, signal
+states) are defined here once, as ``IntEnum`` classes for readable Python and as plain ints for the
+compiled kernels and hot loops (comparing int8 arrays with ``IntEnum`` members is several times slower).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
+
+from envs.episode_rules import RouteBook
 
 
 class Kind(IntEnum):
@@ -45,6 +51,17 @@ class Mode(IntEnum):
     BRAKING = 2
     HOLDING = 3
     DONE = 4
+
+
+class SignalState(IntEnum):
+    GREEN = 0
+    YELLOW = 1
+    RED = 2
+
+
+# the same codes as plain ints, for numba kernels and per-step loops
+WAITING, ACTIVE, BRAKING, HOLDING, DONE = (int(m) for m in Mode)
+GREEN, YELLOW, RED = (int(s) for s in SignalState)
 
 
 @dataclass
@@ -107,19 +124,11 @@ class WorldState:
     heading_error: float = 0.0
     progress: float = 0.0  # furthest route arc length reached (metres from the route start)
     distance: float = 0.0  # odometer
-    distance_outside_route_lanes: float = 0.0
-    distance_wrong_way: float = 0.0
+    route: RouteBook = field(default_factory=lambda: RouteBook(goal_distance=0.0))  # the episode's rules' state
     in_contact: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     offroad: bool = False
-    wrong_way: bool = False
-    wrong_way_run: float = 0.0  # metres driven against the lane since entering it
-    wrong_way_reported: bool = False
-    off_route_lanes: bool = False
-    stop_done: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    time_stopped: float = 0.0
+    stop_done: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # route stop signs stopped at
     speed_limit: float = 0.0  # of the route lane at the ego's projection
-    route_completed: bool = False
-    route_deviated: bool = False
     pending_triggers: int = 0  # actors still waiting for their trigger
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from envs.world import kernels
-from envs.world.compile import Compiled
+from envs.world.compile import CompiledScenario
 from envs.world.state import WorldState
 
 idm = kernels.idm
 
 
-def traffic_accel(c: Compiled, st: WorldState, rows: np.ndarray, sig_state: np.ndarray) -> np.ndarray:
+def traffic_accel(c: CompiledScenario, st: WorldState, rows: np.ndarray, sig_state: np.ndarray) -> np.ndarray:
     """IDM acceleration for every path-following actor in ``rows``."""
     a, p = c.actors, c.paths
     sig = sig_state if len(sig_state) else np.zeros(1, np.int8)

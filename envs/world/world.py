@@ -14,16 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from envs.episode_rules import RouteBook, StopLine, collision_event, is_wrong_way, pass_stop_lines
 from envs.world import kernels, traffic
-from envs.world.collision import classify_contact
-from envs.world.compile import RED, Compiled, compile_scenario
+from envs.world.compile import CompiledScenario, compile_scenario
 from envs.world.lanegrid import JUNCTION, NONE
-from envs.world.state import Behaviour, Kind, Mode, WorldState
+from envs.world.state import ACTIVE, DONE, RED, Behaviour, Kind, Mode, WorldState
+from rewards.events import Event, EventKind
 from rewards.transition import EgoState
 from scenarios.schema import Scenario
-
-# plain ints: comparing int8 arrays with IntEnum members is several times slower
-_ACTIVE, _DONE = int(Mode.ACTIVE), int(Mode.DONE)
 
 DT = 0.1
 WHEELBASE = 2.85
@@ -32,23 +30,21 @@ ACCEL_LIMITS = (-8.0, 6.0)
 MAX_STEER = math.radians(45.0)
 MAX_STEER_RATE = 1.2  # rad/s at the road wheels
 MAX_SPEED = 35.0
-WRONG_WAY_DISTANCE = 50.0  # metres against the lane direction before it counts as wrong-way driving
-ROUTE_DEVIATION = 12.0  # metres from the route centreline that end the route (as CARLA's deviation)
 _KIND_NAMES = {Kind.VEHICLE: "vehicle", Kind.PEDESTRIAN: "pedestrian", Kind.CYCLIST: "vehicle", Kind.STATIC: "static"}
 
 
 class World:
-    def __init__(self, scenario: Scenario, seed: int = 0, compiled: Compiled | None = None) -> None:
-        self.c = compiled if compiled is not None else compile_scenario(scenario)
+    def __init__(self, scenario: Scenario, seed: int = 0, compiled: CompiledScenario | None = None) -> None:
+        self.compiled = compiled if compiled is not None else compile_scenario(scenario)
         self.scenario = scenario
-        self.log: list[dict[str, Any]] = []
-        a = self.c.actors
+        self.log: list[Event] = []
+        a = self.compiled.actors
         self._has_trigger = np.isfinite(a.trigger_time) | (a.trigger_distance > 0)
         self.reset(seed)
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def reset(self, seed: int = 0) -> None:
-        c, init = self.c, self.c.init
+        c, init = self.compiled, self.compiled.init
         n = c.actors.n
         self.state = WorldState(
             t=0.0,
@@ -69,6 +65,7 @@ class World:
             progress=c.route_start,
             in_contact=np.zeros(n, bool),
             stop_done=np.zeros(len(c.route_stop_s), bool),
+            route=RouteBook(goal_distance=c.goal_distance),
             rng=np.random.default_rng(seed),
             pending_triggers=int(self._has_trigger[1:].sum()),
         )
@@ -76,12 +73,12 @@ class World:
         self.state.offroad, _ = self._update_route(full=True)
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything needed to branch: state (with RNG) and the event log so far."""
-        return {"state": self.state.copy(), "log_len": len(self.log), "log": [dict(e) for e in self.log]}
+        """Everything needed to branch: state (with RNG) and the event log so far (events are immutable)."""
+        return {"state": self.state.copy(), "log": list(self.log)}
 
     def restore(self, snap: dict[str, Any]) -> None:
         self.state = snap["state"].copy()
-        self.log = [dict(e) for e in snap["log"]]
+        self.log = list(snap["log"])
 
     # --- queries --------------------------------------------------------------------------------------------
     @property
@@ -91,26 +88,26 @@ class World:
     @property
     def route_progress(self) -> float:
         """Metres of route covered since the start (monotone)."""
-        return self.state.progress - self.c.route_start
+        return self.state.progress - self.compiled.route_start
 
     @property
     def route_completion(self) -> float:
-        return min(max(self.route_progress / max(self.c.goal_distance, 1e-6), 0.0), 1.0)
+        return min(max(self.route_progress / max(self.compiled.goal_distance, 1e-6), 0.0), 1.0)
 
     def ego_record(self) -> EgoState:
         """The ego's state as reward terms and metrics see it (see ``rewards.EgoState``)."""
-        st, a = self.state, self.c.actors
+        st, a = self.state, self.compiled.actors
         ttc, gap = kernels.ego_threat(st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width, 0.3)
         return EgoState(
             st.t, float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]), float(st.accel[0]),
             st.yaw_rate, st.steer, self.route_progress, self.route_completion, st.lateral, st.heading_error,
-            st.speed_limit, st.offroad, st.wrong_way, st.off_route_lanes, ttc, gap, self.stop_ahead(),
+            st.speed_limit, st.offroad, st.route.wrong_way, st.route.off_route_lanes, ttc, gap, self.stop_ahead(),
         )  # fmt: skip
 
     def stop_ahead(self) -> float:
         """Metres from the front bumper to the next stop line the ego must stop at: a red light, or a
         stop sign it has not stopped at yet (inf if none)."""
-        st, c = self.state, self.c
+        st, c = self.state, self.compiled
         if not c.route_stops:
             return math.inf
         front = st.route_s + c.actors.length[0] / 2
@@ -129,14 +126,14 @@ class World:
         return math.inf
 
     def signal_states(self) -> np.ndarray:
-        return self.c.signal_states(self.state.t)
+        return self.compiled.signal_states(self.state.t)
 
     def ego_speed_limit(self) -> float:
         return self.state.speed_limit
 
     def boxes(self) -> dict[str, np.ndarray]:
         """Active actors as boxes (ego first): x, y, yaw, length, width, height, kind, index."""
-        st, a = self.state, self.c.actors
+        st, a = self.state, self.compiled.actors
         m = st.active
         return {
             "x": st.x[m],
@@ -150,11 +147,11 @@ class World:
         }
 
     # --- stepping -------------------------------------------------------------------------------------------
-    def step(self, accel: float, steer: float) -> list[dict[str, Any]]:
+    def step(self, accel: float, steer: float) -> list[Event]:
         """Advance DT seconds with the ego's (accel m/s^2, front-wheel steer rad); returns new events."""
         if not (math.isfinite(accel) and math.isfinite(steer)):
             raise ValueError(f"ego control must be finite, got accel={accel}, steer={steer}")
-        st, c = self.state, self.c
+        st, c = self.state, self.compiled
         sig = c.signal_states(st.t)
         self._fire_triggers()
         rows = c.idx_path[st.active[c.idx_path]]
@@ -178,7 +175,7 @@ class World:
         st.distance += moved
 
     def _fire_triggers(self) -> None:
-        st, a = self.state, self.c.actors
+        st, a = self.state, self.compiled.actors
         if not st.pending_triggers:
             return
         due = kernels.due_triggers(st.mode, st.active, self._has_trigger, a.trigger_time, a.trigger_distance, st.x,
@@ -191,36 +188,36 @@ class World:
                 st.mode[i], st.mode_t[i] = Mode.ACTIVE, st.t
             elif beh == Behaviour.LANE_CHANGE:
                 target = int(a.lc_target_path[i])
-                s_new, d_new = self.c.paths.project(target, np.array([st.x[i], st.y[i]]))
+                s_new, d_new = self.compiled.paths.project(target, np.array([st.x[i], st.y[i]]))
                 st.path_id[i], st.s[i], st.d[i], st.lc_d0[i] = target, s_new, d_new, d_new
                 st.mode[i], st.mode_t[i] = Mode.ACTIVE, st.t
             st.pending_triggers -= 1
-            self.log.append({"type": "trigger", "t": st.t, "actor": a.ids[i]})
+            self.log.append(Event(EventKind.TRIGGER, st.t, actor=a.ids[i]))
 
     def _move_path_actors(self, rows: np.ndarray, acc: np.ndarray) -> None:
-        st, a, p = self.state, self.c.actors, self.c.paths
+        st, a, p = self.state, self.compiled.actors, self.compiled.paths
         kernels.advance_path_actors(
             rows, acc, st.t, DT, st.mode, st.mode_t, st.speed, st.accel, st.s, st.d, st.lc_d0, a.brake_decel,
             a.brake_hold, a.lc_duration, st.active, st.path_id, st.x, st.y, st.yaw, p.xy, p.s, p.heading, p.n_points,
         )  # fmt: skip
 
     def _move_walkers(self) -> None:
-        st, c = self.state, self.c
+        st, c = self.state, self.compiled
         rows = c.idx_walk
         if not len(rows):
             return
-        walking = st.mode[rows] == _ACTIVE
+        walking = st.mode[rows] == ACTIVE
         v = np.where(walking, c.actors.walk_speed[rows], 0.0)
         st.s[rows] = np.minimum(st.s[rows] + v * DT, c.paths.length[st.path_id[rows]])
         done = walking & (st.s[rows] >= c.paths.length[st.path_id[rows]])
-        st.mode[rows[done]] = _DONE
+        st.mode[rows[done]] = DONE
         st.speed[rows] = np.where(done, 0.0, v)
         p = c.paths
         kernels.path_pose(p.xy, p.s, p.heading, p.n_points, st.path_id, st.s, st.d, st.x, st.y, st.yaw, rows)
 
     def _move_replays(self, t: float) -> None:
         st = self.state
-        for i, track in self.c.actors.replay_tracks.items():
+        for i, track in self.compiled.actors.replay_tracks.items():
             ts = track[:, 0]
             st.x[i], st.y[i] = np.interp(t, ts, track[:, 1]), np.interp(t, ts, track[:, 2])
             st.yaw[i] = np.interp(t, ts, np.unwrap(track[:, 3]))
@@ -233,7 +230,7 @@ class World:
     def _update_route(self, full: bool = False) -> tuple[bool, np.ndarray]:
         """Project the ego on its route (a window around the last match, all of it if asked); returns
         the off-road flag and the contact mask, which the same compiled call computes."""
-        st, c, a, g = self.state, self.c, self.c.actors, self.c.drivable
+        st, c, a, g = self.state, self.compiled, self.compiled.actors, self.compiled.drivable
         s, lat, k, offroad, contact = kernels.ego_checks(
             c.route_xy, c.route_s, st.route_seg, full, st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width,
             g.mask, g.origin[0], g.origin[1], g.res,
@@ -245,70 +242,46 @@ class World:
             st.progress = s
         return offroad, contact
 
-    def _events(self, sig: np.ndarray) -> list[dict[str, Any]]:
-        st, c, a = self.state, self.c, self.c.actors
+    def _events(self, sig: np.ndarray) -> list[Event]:
+        st, c, a = self.state, self.compiled, self.compiled.actors
         t = st.t
-        events: list[dict[str, Any]] = []
+        events: list[Event] = []
         prev_front = st.route_s + a.length[0] / 2
         prev_progress = st.progress
         offroad, contact = self._update_route()
         front = st.route_s + a.length[0] / 2
+        ego = (float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]))
 
         # collisions (oriented boxes, separating axes): one event when a contact begins
         if contact.any() or st.in_contact.any():
             for j in np.flatnonzero(contact & ~st.in_contact):
-                where = classify_contact(st.x[0], st.y[0], st.yaw[0], a.length[0], a.width[0], st.x[j], st.y[j])
-                at_fault = where in ("front", "lateral") and st.speed[0] > 0.5
-                events.append({
-                    "type": "collision", "t": t, "actor": a.ids[j], "actor_kind": _KIND_NAMES[Kind(a.kind[j])],
-                    "where": where, "at_fault": bool(at_fault), "ego_speed": float(st.speed[0]),
-                    "actor_speed": float(st.speed[j]),
-                })  # fmt: skip
+                kind = _KIND_NAMES[Kind(a.kind[j])]
+                xy = (float(st.x[j]), float(st.y[j]))
+                events.append(collision_event(t, ego, (a.length[0], a.width[0]), a.ids[j], kind, xy, st.speed[j]))
             st.in_contact = contact
 
         if offroad and not st.offroad:
-            events.append({"type": "offroad", "t": t, "lateral": float(st.lateral)})
+            events.append(Event(EventKind.OFFROAD, t, lateral=float(st.lateral)))
         st.offroad = offroad
 
         # stop lines on the route: red lights and stop signs
-        speed = float(st.speed[0])
-        for k, (line, sg) in enumerate(c.route_stops):
-            if line - 8.0 < front <= line + 0.5 and speed < 0.3:
-                st.stop_done[k] = True
-            if prev_front < line <= front:
-                if sg >= 0 and sig[sg] == RED:
-                    events.append({"type": "red_light", "t": t, "signal": c.signal_ids[sg]})
-                elif sg < 0 and not st.stop_done[k]:
-                    events.append({"type": "stop_sign", "t": t})
+        lines = [
+            StopLine(k, line, c.signal_ids[sg] if sg >= 0 else None, sg >= 0 and sig[sg] == RED)
+            for k, (line, sg) in enumerate(c.route_stops)
+        ]
+        events += pass_stop_lines(t, prev_front, front, ego[3], lines, st.stop_done)
 
         # lanes: wrong-way driving and leaving the route's lanes
-        lane, lane_heading = c.grid.lookup(float(st.x[0]), float(st.y[0]))
-        moved = st.progress - prev_progress
+        lane, lane_heading = c.grid.lookup(ego[0], ego[1])
         if lane >= 0:
-            diff = (float(st.yaw[0]) - lane_heading + math.pi) % (2 * math.pi) - math.pi
-            wrong = abs(diff) > 2.0 and speed > 0.5
+            wrong = is_wrong_way(ego[2], lane_heading, ego[3])
             off_route = not c.corridor[lane]
         else:
             wrong = False
             off_route = lane == NONE or (lane == JUNCTION and abs(st.lateral) > 4.0)
-        # wrong way is sustained driving against a lane (over WRONG_WAY_DISTANCE), not a brief nudge
-        st.wrong_way_run = st.wrong_way_run + moved if wrong else 0.0
-        if wrong and st.wrong_way_run >= WRONG_WAY_DISTANCE and not st.wrong_way_reported:
-            events.append({"type": "wrong_way", "t": t, "lane": c.lane_ids[lane]})
-        st.wrong_way_reported = (st.wrong_way_reported and wrong) or (wrong and st.wrong_way_run >= WRONG_WAY_DISTANCE)
-        st.wrong_way, st.off_route_lanes = wrong, off_route
-        if off_route:
-            st.distance_outside_route_lanes += moved
-        if wrong:
-            st.distance_wrong_way += moved
-
-        if abs(st.lateral) > ROUTE_DEVIATION and not st.route_deviated:
-            st.route_deviated = True
-            events.append({"type": "route_deviation", "t": t, "lateral": float(st.lateral)})
-        if not st.route_completed and self.route_progress >= c.goal_distance:
-            st.route_completed = True
-            events.append({"type": "route_complete", "t": t})
-        st.time_stopped = st.time_stopped + DT if st.speed[0] < 0.1 else 0.0
+        lane_id = c.lane_ids[lane] if lane >= 0 else None
+        events += st.route.update(t, DT, st.progress - prev_progress, self.route_progress, st.lateral, ego[3],
+                                  wrong, off_route, lane_id)  # fmt: skip
         self.log.extend(events)
         return events
 
@@ -318,8 +291,8 @@ class World:
             "time": st.t,
             "distance": st.distance,
             "route_progress": self.route_progress,
-            "route_length": self.c.goal_distance,
+            "route_length": self.compiled.goal_distance,
             "route_completion": self.route_completion,
-            "distance_outside_route_lanes": st.distance_outside_route_lanes,
-            "distance_wrong_way": st.distance_wrong_way,
+            "distance_outside_route_lanes": st.route.distance_outside_route_lanes,
+            "distance_wrong_way": st.route.distance_wrong_way,
         }
