@@ -28,6 +28,7 @@ browser:
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled $(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -5,5 +5,14 @@ from agents.baselines import ConstantVelocity, Stop
 from agents.expert import Expert
 from agents.loading import BUILTIN, AgentSpecError, load_agent
 
-__all__ = ["BUILTIN", "Agent", "AgentOutput", "AgentSpecError", "BaseAgent", "ConstantVelocity", "Expert", "Stop",
-           "load_agent"]  # fmt: skip
+__all__ = [
+    "BUILTIN",
+    "Agent",
+    "AgentOutput",
+    "AgentSpecError",
+    "BaseAgent",
+    "ConstantVelocity",
+    "Expert",
+    "Stop",
+    "load_agent",
+]

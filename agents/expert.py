@@ -82,8 +82,20 @@ class Expert(BaseAgent):
             seg_h = math.atan2(pts[k + 1, 1] - pts[k, 1], pts[k + 1, 0] - pts[k, 0])
             v_along = float(st.speed[j] * math.cos(st.yaw[j] - seg_h))
             static = a.kind[j] == STATIC or a.behaviour[j] == 4
-            out.append(Seen(int(j), a.ids[j], int(a.kind[j]), float(s), float(lat), v_along, float(st.speed[j]),
-                            float(a.length[j]), float(a.width[j]), bool(static)))  # fmt: skip
+            out.append(
+                Seen(
+                    int(j),
+                    a.ids[j],
+                    int(a.kind[j]),
+                    float(s),
+                    float(lat),
+                    v_along,
+                    float(st.speed[j]),
+                    float(a.length[j]),
+                    float(a.width[j]),
+                    bool(static),
+                )
+            )
         return out
 
     @staticmethod
@@ -147,8 +159,9 @@ class Expert(BaseAgent):
         cap = route_speed_cap(world)
         stops = [g for g in (ped_gap, stop_gap, yield_gap) if math.isfinite(g)]
         speed_cap = self.caution_speed if caution is not None else math.inf
-        ss, vs = speed_profile(c.route_s, cap, s_ego, v, (lead_gap, lead_v), stops, self.T, self.s0, speed_cap,
-                               max_decel=7.0)  # fmt: skip
+        ss, vs = speed_profile(
+            c.route_s, cap, s_ego, v, (lead_gap, lead_v), stops, self.T, self.s0, speed_cap, max_decel=7.0
+        )
         pts, hs = geo.interpolate(c.route_xy, c.route_s, ss)
         to_blocker = math.inf
         if self.maneuver is not None:  # reach the side offset by the blocker's rear, however close it is
@@ -162,10 +175,17 @@ class Expert(BaseAgent):
             hs = hs + np.arctan2(np.gradient(lat), np.maximum(np.gradient(ss), 1e-3))
         traj = to_ego_frame(pts, hs, float(st.x[0]), float(st.y[0]), float(st.yaw[0]))
 
-        reasoning = self._reasoning(reasons, vs, v, lead, lead_gap, ped, ped_gap, stop_reason, stop_gap,
-                                    yield_reason, yield_gap, caution)  # fmt: skip
-        extras = {"offset": self.offset, "maneuver": self.maneuver, "lead_gap": lead_gap, "stop_gap": stop_gap,
-                  "yield_gap": yield_gap, "pedestrian_gap": ped_gap}  # fmt: skip
+        reasoning = self._reasoning(
+            reasons, vs, v, lead, lead_gap, ped, ped_gap, stop_reason, stop_gap, yield_reason, yield_gap, caution
+        )
+        extras = {
+            "offset": self.offset,
+            "maneuver": self.maneuver,
+            "lead_gap": lead_gap,
+            "stop_gap": stop_gap,
+            "yield_gap": yield_gap,
+            "pedestrian_gap": ped_gap,
+        }
         return AgentOutput(traj, reasoning, extras)
 
     def _offset_profile(self, lateral_now: float, dist: np.ndarray, v: float, limit: float = math.inf) -> np.ndarray:
@@ -186,11 +206,15 @@ class Expert(BaseAgent):
         if self.maneuver is not None:
             b = next((o for o in seen if o.id == self.blocker), None)
             passed = b is None or b.s + b.length / 2 < s_ego - ego_len / 2 - 2.0  # our rear is past its front
-            own_clear = not any(abs(o.lat) < corridor + o.width / 2 and s_ego - 4 < o.s < s_ego + 25
-                                for o in seen if o.kind != PEDESTRIAN)  # fmt: skip
+            own_clear = not any(
+                abs(o.lat) < corridor + o.width / 2 and s_ego - 4 < o.s < s_ego + 25
+                for o in seen
+                if o.kind != PEDESTRIAN
+            )
             if passed and own_clear:
-                reasons.append(f"Passed the {'parked car' if b is None or b.static else 'slow vehicle'}; "
-                               "return to my lane.")  # fmt: skip
+                reasons.append(
+                    f"Passed the {'parked car' if b is None or b.static else 'slow vehicle'}; return to my lane."
+                )
                 self.maneuver, self.blocker, self.offset = None, None, 0.0
             elif self.maneuver.startswith("nudge") and not self._oncoming_clear(seen, s_ego, v, blocker or b):
                 if abs(st.lateral) < 0.8:  # not committed yet: abort and wait behind
@@ -204,18 +228,25 @@ class Expert(BaseAgent):
             return
         if nb["left"] is not None and self._lane_free(seen, s_ego, width, gap + 30.0):
             self.maneuver, self.blocker, self.offset = "overtake_left", blocker.id, width
-            reasons.append(f"{'Parked car' if blocker.static else 'Slow vehicle'} ahead at {gap:.0f} m in my lane; "
-                           "the left lane is free, so change lanes to the left to pass it.")  # fmt: skip
+            reasons.append(
+                f"{'Parked car' if blocker.static else 'Slow vehicle'} ahead at {gap:.0f} m in my lane; "
+                "the left lane is free, so change lanes to the left to pass it."
+            )
         elif nb["opposite"] is not None and blocker.static and self._oncoming_clear(seen, s_ego, v, blocker):
             clear = blocker.lat + blocker.width / 2 + ego_w / 2 + 0.9
             self.maneuver, self.blocker, self.offset = "nudge_left", blocker.id, min(max(clear, 1.5), width)
-            reasons.append(f"Parked car blocks my lane at {gap:.0f} m; the oncoming lane is clear, so nudge left "
-                           "around it.")  # fmt: skip
+            reasons.append(
+                f"Parked car blocks my lane at {gap:.0f} m; the oncoming lane is clear, so nudge left around it."
+            )
 
     @staticmethod
     def _lane_free(seen, s_ego, width, ahead) -> bool:
-        return not any(o.kind != PEDESTRIAN and abs(o.lat - width) < width / 2 + o.width / 2 and
-                       s_ego - 15.0 - max(o.v_along, 0) * 1.5 < o.s < s_ego + ahead for o in seen)  # fmt: skip
+        return not any(
+            o.kind != PEDESTRIAN
+            and abs(o.lat - width) < width / 2 + o.width / 2
+            and s_ego - 15.0 - max(o.v_along, 0) * 1.5 < o.s < s_ego + ahead
+            for o in seen
+        )
 
     @staticmethod
     def _oncoming_clear(seen, s_ego, v, blocker) -> bool:
@@ -293,12 +324,14 @@ class Expert(BaseAgent):
 
     # --- Chain-of-Causation text ---------------------------------------------------------------------------
     @staticmethod
-    def _reasoning(reasons, vs, v, lead, lead_gap, ped, ped_gap, stop_reason, stop_gap, yield_reason, yield_gap,
-                   caution) -> str:  # fmt: skip
+    def _reasoning(
+        reasons, vs, v, lead, lead_gap, ped, ped_gap, stop_reason, stop_gap, yield_reason, yield_gap, caution
+    ) -> str:
         parts = list(reasons)
         v_end = vs[min(19, len(vs) - 1)]
-        binding = min((g, n) for g, n in ((lead_gap, "lead"), (ped_gap, "ped"), (stop_gap, "stop"),
-                                           (yield_gap, "yield")))  # fmt: skip
+        binding = min(
+            (g, n) for g, n in ((lead_gap, "lead"), (ped_gap, "ped"), (stop_gap, "stop"), (yield_gap, "yield"))
+        )
         if binding[1] == "ped" and math.isfinite(ped_gap) and ped_gap < 40:
             parts.append(
                 f"Pedestrian crossing ahead at {max(ped_gap, 0):.0f} m, so slow down and stop to let them cross."
@@ -308,16 +341,22 @@ class Expert(BaseAgent):
             parts.append(f"{what} ahead at {max(stop_gap, 0):.0f} m, so decelerate to stop at the stop line.")
         elif binding[1] == "yield" and math.isfinite(yield_gap):
             why, _ = yield_reason.split(":")
-            text = {"left_turn": "Oncoming traffic crosses my left turn", "stop_sign": "Cross traffic has priority "
-                    "after the stop sign", "merge": "Traffic in the lane I merge into"}[why]  # fmt: skip
+            text = {
+                "left_turn": "Oncoming traffic crosses my left turn",
+                "stop_sign": "Cross traffic has priority after the stop sign",
+                "merge": "Traffic in the lane I merge into",
+            }[why]
             parts.append(f"{text}, so slow down and yield before entering the junction.")
         elif lead is not None and lead_gap < 40 and lead.static:
-            parts.append(f"Parked car blocks my lane {max(lead_gap, 0):.0f} m ahead and I cannot pass yet, so slow "
-                         "down and stop behind it.")  # fmt: skip
+            parts.append(
+                f"Parked car blocks my lane {max(lead_gap, 0):.0f} m ahead and I cannot pass yet, so slow "
+                "down and stop behind it."
+            )
         elif lead is not None and lead_gap < 40:
             if v_end < v - 1.0:
-                parts.append(f"Lead vehicle {lead_gap:.0f} m ahead at {lead.v_along:.0f} m/s, so slow down to keep "
-                             "a safe gap.")  # fmt: skip
+                parts.append(
+                    f"Lead vehicle {lead_gap:.0f} m ahead at {lead.v_along:.0f} m/s, so slow down to keep a safe gap."
+                )
             else:
                 parts.append(f"Lead vehicle {lead_gap:.0f} m ahead, so keep a safe following distance.")
         elif caution == "occlusion":

@@ -4,12 +4,12 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 from agents.base import Agent
 from agents.baselines import ConstantVelocity, Stop
 from agents.expert import Expert
+from loopdrive.plugins import load_object
 
 BUILTIN: dict[str, Callable[[], Agent]] = {"expert": Expert, "constant_velocity": ConstantVelocity, "stop": Stop}
 
@@ -49,14 +49,7 @@ def load_agent(spec: str) -> Agent:
             raise AgentSpecError(f"agent {spec!r}: {e}") from None
     if ":" not in spec:
         raise AgentSpecError(f"unknown agent {spec!r}: use one of {sorted(BUILTIN)} or 'package.module:ClassName'")
-    module, _, attr = spec.partition(":")
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        raise AgentSpecError(f"agent {spec!r}: cannot import module {module!r}: {e}") from None
-    factory = getattr(mod, attr, None)
-    if factory is None:
-        raise AgentSpecError(f"agent {spec!r}: module {module!r} has no attribute {attr!r}")
+    factory = load_object(spec, "agent", AgentSpecError)
     try:
         agent = factory()
     except TypeError as e:

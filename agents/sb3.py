@@ -95,17 +95,24 @@ def read_sb3_zip(path: str | Path) -> tuple[Any, dict[str, Any]]:
     init = str(data.get("policy_class", {}).get("__init__", ""))
     m = re.match(r"<function (\w+)\.__init__", init)
     if not m or m.group(1) not in POLICY_MODULES:
-        raise SB3FormatError(f"{where}: policy class {m.group(1) if m else '?'} is not one LoopDrive can rebuild "
-                             f"without pickle; supported: {sorted(POLICY_MODULES)}")  # fmt: skip
+        raise SB3FormatError(
+            f"{where}: policy class {m.group(1) if m else '?'} is not one LoopDrive can rebuild "
+            f"without pickle; supported: {sorted(POLICY_MODULES)}"
+        )
     cls = getattr(importlib.import_module(POLICY_MODULES[m.group(1)]), m.group(1))
     kwargs = data.get("policy_kwargs", {})
     if not isinstance(kwargs, dict) or ":serialized:" in kwargs:
-        raise SB3FormatError(f"{where}: policy_kwargs hold Python objects that only pickle can restore; "
-                             "save with JSON-able policy_kwargs (net_arch, ...)")  # fmt: skip
+        raise SB3FormatError(
+            f"{where}: policy_kwargs hold Python objects that only pickle can restore; "
+            "save with JSON-able policy_kwargs (net_arch, ...)"
+        )
     kwargs = {k: (ast.literal_eval(v) if isinstance(v, str) and v[:1] in "[{(" else v) for k, v in kwargs.items()}
     obs_d, act_d = data.get("observation_space", {}), data.get("action_space", {})
-    obs_space = (_dict_from_readable(obs_d, f"{where}: observation_space") if "Dict" in obs_d.get(":type:", "")
-                 else _box_from_readable(obs_d, f"{where}: observation_space"))  # fmt: skip
+    obs_space = (
+        _dict_from_readable(obs_d, f"{where}: observation_space")
+        if "Dict" in obs_d.get(":type:", "")
+        else _box_from_readable(obs_d, f"{where}: observation_space")
+    )
     act_space = _box_from_readable(act_d, f"{where}: action_space")
     policy = cls(obs_space, act_space, lambda _: 0.0, **kwargs)
     try:

@@ -50,9 +50,13 @@ def measure(model, observations, args, dtype) -> list[dict]:
         (ctx, mask), t_encode = timed(lambda: model.encode(data), args.device, args.repeats)
         _, t_reason = timed(lambda: model.reason(data, args.reasoning_tokens), args.device, max(2, args.repeats // 3))
         steps = model.config.flow_steps
-        _, t_flow = timed(lambda: sample_ode(model.expert, batch, ctx, mask, steps, device=args.device, dtype=dtype,
-                                             state=data["state"]),
-                          args.device, args.repeats)  # fmt: skip
+        _, t_flow = timed(
+            lambda: sample_ode(
+                model.expert, batch, ctx, mask, steps, device=args.device, dtype=dtype, state=data["state"]
+            ),
+            args.device,
+            args.repeats,
+        )
     pre = f"{args.size}_b{batch}" + ("" if frames == 4 else f"_f{frames}")
     return [
         {"name": f"{pre}_vision_prompt_ms", "value": round(t_prep + t_encode, 2), "unit": "ms"},
@@ -90,15 +94,28 @@ def main() -> None:
         for batch in (1, 8):
             results += measure(model, [obs] * batch, args, dtype)
     params = sum(p.numel() for p in model.parameters())
-    print(json.dumps({
-        "benchmark": "agent_latency",
-        "machine": machine_info() | {"pinned_core": pinned, "torch_threads": args.threads},
-        "config": {"size": args.size, "backbone": args.backbone, "device": args.device, "dtype": str(dtype),
-                   "parameters_m": round(params / 1e6, 2), "cameras": 4, "frames": args.frames,
-                   "reasoning_tokens": args.reasoning_tokens,
-                   "flow_steps": model.config.flow_steps, "best_of": args.repeats},
-        "results": results,
-    }, indent=1))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "benchmark": "agent_latency",
+                "machine": machine_info() | {"pinned_core": pinned, "torch_threads": args.threads},
+                "config": {
+                    "size": args.size,
+                    "backbone": args.backbone,
+                    "device": args.device,
+                    "dtype": str(dtype),
+                    "parameters_m": round(params / 1e6, 2),
+                    "cameras": 4,
+                    "frames": args.frames,
+                    "reasoning_tokens": args.reasoning_tokens,
+                    "flow_steps": model.config.flow_steps,
+                    "best_of": args.repeats,
+                },
+                "results": results,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

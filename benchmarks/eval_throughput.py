@@ -66,8 +66,13 @@ def main() -> None:
         for workers in (0, 1, 2):
             wall, recs = run(base.model_copy(update={"workers": workers}), tmp / f"expert_w{workers}")
             label = "in-process" if workers == 0 else f"{workers} Ray worker(s)"
-            results.append({"name": f"expert episodes/min, {label}", "value": round(60 * len(recs) / wall, 1),
-                            "unit": "episodes/min"})  # fmt: skip
+            results.append(
+                {
+                    "name": f"expert episodes/min, {label}",
+                    "value": round(60 * len(recs) / wall, 1),
+                    "unit": "episodes/min",
+                }
+            )
             if workers == 0:
                 for k, v in shares(recs).items():
                     results.append({"name": f"expert wall-time share: {k}", "value": round(100 * v, 1), "unit": "%"})
@@ -89,8 +94,13 @@ def main() -> None:
         wall, recs = run(vla, tmp / "vla_run")
         sh = shares(recs)
         decisions = sum(r.get("decisions", 0) for r in recs)
-        results.append({"name": "tiny VLA episodes/min, in-process, 1 core", "value": round(60 * len(recs) / wall, 2),
-                        "unit": "episodes/min"})  # fmt: skip
+        results.append(
+            {
+                "name": "tiny VLA episodes/min, in-process, 1 core",
+                "value": round(60 * len(recs) / wall, 2),
+                "unit": "episodes/min",
+            }
+        )
         results.append({"name": "tiny VLA decisions/s", "value": round(decisions / wall, 2), "unit": "decisions/s"})
         for k, v in sh.items():
             results.append({"name": f"tiny VLA wall-time share: {k}", "value": round(100 * v, 1), "unit": "%"})
@@ -101,8 +111,18 @@ def main() -> None:
                 "unit": "%",
             }
         )
-    print(json.dumps({"benchmark": "eval_throughput", "machine": machine_info(), "bank": args.bank,
-                      "split": args.split, "results": results}, indent=1))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "benchmark": "eval_throughput",
+                "machine": machine_info(),
+                "bank": args.bank,
+                "split": args.split,
+                "results": results,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

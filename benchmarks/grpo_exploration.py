@@ -33,11 +33,21 @@ DEFAULT_SETTINGS = [
     {"branch": "before_failure"},
     {"branch": "before_failure", "sampled_decisions": 4, "noise_level": 1.0},
     {"branch": "before_failure", "failure_lookback": 10, "sampled_decisions": 10, "stochastic": "all"},
-    {"branch": "before_failure", "failure_lookback": 10, "sampled_decisions": 10, "stochastic": "all",
-     "init_noise": 1.0},
-    {"branch": "before_failure", "failure_lookback": 10, "sampled_decisions": 10, "stochastic": "all",
-     "noise_level": [3.0, 0.5]},
-]  # fmt: skip
+    {
+        "branch": "before_failure",
+        "failure_lookback": 10,
+        "sampled_decisions": 10,
+        "stochastic": "all",
+        "init_noise": 1.0,
+    },
+    {
+        "branch": "before_failure",
+        "failure_lookback": 10,
+        "sampled_decisions": 10,
+        "stochastic": "all",
+        "noise_level": [3.0, 0.5],
+    },
+]
 
 
 STALL_STEPS = 25  # a branch "stalls" when it stands blocked 2.5 s (25 simulator steps) or more
@@ -53,9 +63,10 @@ def main(argv: list[str] | None = None) -> dict:
     import ray
 
     from benchmarks.machine import emit, machine_info
-    from training.config import load_recipe
-    from training.grpo import branch_length, env_config, plan_tasks, scenario_pool, score_of
-    from training.rollouts import RolloutWorkers
+    from training.recipes import load_recipe
+    from training.rl.grpo import branch_length, plan_tasks, scenario_pool, score_of
+    from training.rl.rollouts import RolloutWorkers
+    from training.rl.setup import env_config
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="configs/grpo_tiny.toml")
@@ -76,9 +87,14 @@ def main(argv: list[str] | None = None) -> dict:
     for setting in args.setting or DEFAULT_SETTINGS:
         rl = recipe.rl.model_validate(recipe.rl.model_dump() | setting)
         r = recipe.model_copy(update={"rl": rl})
-        model = {"path": str(Path(recipe.init_from).resolve()), "noise_level": rl.noise_level,
-                 "stochastic": rl.stochastic, "eval_noise": 0.0, "init_noise": rl.init_noise,
-                 "threads": 1 if rl.env_runners else None}  # fmt: skip
+        model = {
+            "path": str(Path(recipe.init_from).resolve()),
+            "noise_level": rl.noise_level,
+            "stochastic": rl.stochastic,
+            "eval_noise": 0.0,
+            "init_noise": rl.init_noise,
+            "threads": 1 if rl.env_runners else None,
+        }
         workers = RolloutWorkers(env_config(r, image_size), model, rl.env_runners, recipe.seed)
         t0, groups = time.perf_counter(), {}
         for it in range(args.iterations):
@@ -87,18 +103,28 @@ def main(argv: list[str] | None = None) -> dict:
                 groups.setdefault((it, ro.group), []).append(ro)
         workers.stop()
         gs = list(groups.values())
-        results.append({
-            "setting": setting, "groups": len(gs),
-            "collision_groups": round(_share(gs, "collision", False), 3),
-            "collision_disagree": round(_share(gs, "collision", True), 3),
-            "offroad_groups": round(_share(gs, "offroad", False), 3),
-            "offroad_disagree": round(_share(gs, "offroad", True), 3),
-            **({"stall_groups": round(_share(gs, "blocked", False, STALL_STEPS), 3),
-                "stall_disagree": round(_share(gs, "blocked", True, STALL_STEPS), 3)}
-               if "blocked" in (rl.rewards or {}) else {}),
-            "score_std_in_group": round(float(np.mean([np.std([score_of(x, rl) for x in g], ddof=1) for g in gs])), 3),
-            "seconds": round(time.perf_counter() - t0, 1),
-        })  # fmt: skip
+        results.append(
+            {
+                "setting": setting,
+                "groups": len(gs),
+                "collision_groups": round(_share(gs, "collision", False), 3),
+                "collision_disagree": round(_share(gs, "collision", True), 3),
+                "offroad_groups": round(_share(gs, "offroad", False), 3),
+                "offroad_disagree": round(_share(gs, "offroad", True), 3),
+                **(
+                    {
+                        "stall_groups": round(_share(gs, "blocked", False, STALL_STEPS), 3),
+                        "stall_disagree": round(_share(gs, "blocked", True, STALL_STEPS), 3),
+                    }
+                    if "blocked" in (rl.rewards or {})
+                    else {}
+                ),
+                "score_std_in_group": round(
+                    float(np.mean([np.std([score_of(x, rl) for x in g], ddof=1) for g in gs])), 3
+                ),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+        )
         print(json.dumps(results[-1]), file=sys.stderr)
     ray.shutdown()
     out = {

@@ -34,10 +34,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     from agents.vla.model import VLA, VLAConfig
     from benchmarks.machine import emit
-    from training.config import recipe_from_dict
-    from training.grpo import env_config, samples_of, set_trainable, update
-    from training.rl_losses import group_advantages
-    from training.rollouts import RolloutWorkers, Task
+    from training.recipes import recipe_from_dict
+    from training.rl.grpo import samples_of, update
+    from training.rl.losses import group_advantages
+    from training.rl.rollouts import RolloutWorkers, Task
+    from training.rl.setup import env_config
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--vla", help="a saved VLA (default: a random tiny one)")
@@ -52,17 +53,24 @@ def main(argv: list[str] | None = None) -> dict:
         VLA(VLAConfig(size="tiny", image_size=(56, 112))).save_pretrained(path)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     policy = VLA.from_pretrained(path).to(device).train()
-    recipe = recipe_from_dict({"algorithm": "grpo", "init_from": str(path), "data": {"collect": False, "n_frames": 1},
-                               "rl": {"bank": "smoke", "split": None, "minibatch": 32}})  # fmt: skip
-    params = set_trainable(policy, "expert")
+    recipe = recipe_from_dict(
+        {
+            "algorithm": "grpo",
+            "init_from": str(path),
+            "data": {"collect": False, "n_frames": 1},
+            "rl": {"bank": "smoke", "split": None, "minibatch": 32},
+        }
+    )
+    params = policy.set_trainable("expert")
     optimizer = torch.optim.AdamW(params, lr=1e-5)
     ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False)
     scenarios = ["straight-000", "curve-000", "lead_brake-000", "cut_in-000"]
     results = []
     for n in [int(x) for x in args.runners.split(",")]:
         t0 = time.perf_counter()
-        workers = RolloutWorkers(env_config(recipe, policy.config.image_size),
-                                 {"path": str(path), "threads": 1 if n else None}, n)  # fmt: skip
+        workers = RolloutWorkers(
+            env_config(recipe, policy.config.image_size), {"path": str(path), "threads": 1 if n else None}, n
+        )
         workers.run([Task(0, 0, "straight-000", 0)], None)  # warm-up: actors up, numba and weights loaded
         startup = time.perf_counter() - t0
         tasks = [Task(i, i // 2, scenarios[(i // 2) % len(scenarios)], i // 2) for i in range(args.episodes)]
@@ -78,13 +86,21 @@ def main(argv: list[str] | None = None) -> dict:
         stats = update(policy, None, optimizer, params, batch, recipe, 0)
         update_s = time.perf_counter() - t0
         n_updates = int(np.ceil(len(batch["obs"]) / recipe.rl.minibatch))
-        results.append({
-            "env_runners": n, "episodes": len(rollouts), "env_steps": steps, "rollout_s": round(rollout_s, 2),
-            "env_steps_per_s": round(steps / rollout_s, 1), "startup_s": round(startup, 1),
-            "update_s": round(update_s, 2), "gradient_steps": n_updates,
-            "policy_updates_per_min": round(60 * n_updates / update_s, 1),
-            "update_samples_per_s": round(len(batch["obs"]) / update_s, 1), "clip_fraction": stats["clip_fraction"],
-        })  # fmt: skip
+        results.append(
+            {
+                "env_runners": n,
+                "episodes": len(rollouts),
+                "env_steps": steps,
+                "rollout_s": round(rollout_s, 2),
+                "env_steps_per_s": round(steps / rollout_s, 1),
+                "startup_s": round(startup, 1),
+                "update_s": round(update_s, 2),
+                "gradient_steps": n_updates,
+                "policy_updates_per_min": round(60 * n_updates / update_s, 1),
+                "update_samples_per_s": round(len(batch["obs"]) / update_s, 1),
+                "clip_fraction": stats["clip_fraction"],
+            }
+        )
         print(json.dumps(results[-1]), file=sys.stderr)
     ray.shutdown()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None

@@ -79,9 +79,16 @@ def main() -> None:
     plan[:, 0] = np.linspace(0.8, 51.2, 64)
     steps = {}
     for backend in ("embedded", "worldmodel"):
-        env = gym.make("LoopDrive-v0", bank="smoke", scenario="curve-000", rig=c.rig, n_frames=c.frames,
-                       decision_every=c.decision_every, backend=backend,
-                       world_model=path if backend == "worldmodel" else None).unwrapped  # fmt: skip
+        env = gym.make(
+            "LoopDrive-v0",
+            bank="smoke",
+            scenario="curve-000",
+            rig=c.rig,
+            n_frames=c.frames,
+            decision_every=c.decision_every,
+            backend=backend,
+            world_model=path if backend == "worldmodel" else None,
+        ).unwrapped
         env.reset(seed=0)
 
         def step(env=env) -> None:

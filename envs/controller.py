@@ -58,9 +58,25 @@ class TrajectoryController:
             return -3.0, 0.0
         g = self.g
         accel, steer, self.seg = _control(
-            self.path_xy, self.path_s, self.path_h, self.path_k, self.plan_s, self.plan_v, self.elapsed, self.seg,
-            x, y, yaw, speed, steer, g.omega, g.zeta, g.k_speed, g.k_position, g.preview,
-        )  # fmt: skip
+            self.path_xy,
+            self.path_s,
+            self.path_h,
+            self.path_k,
+            self.plan_s,
+            self.plan_v,
+            self.elapsed,
+            self.seg,
+            x,
+            y,
+            yaw,
+            speed,
+            steer,
+            g.omega,
+            g.zeta,
+            g.k_speed,
+            g.k_position,
+            g.preview,
+        )
         self.elapsed += DT
         return accel, steer
 
@@ -159,8 +175,26 @@ def _time_profile(path_s, s_anchor, speed):
 
 
 @njit(cache=True)
-def _control(path, path_s, head, kappa_path, plan_s, plan_v, now, seg, x, y, yaw, speed, steer,
-             omega, zeta, k_speed, k_position, preview):  # fmt: skip
+def _control(
+    path,
+    path_s,
+    head,
+    kappa_path,
+    plan_s,
+    plan_v,
+    now,
+    seg,
+    x,
+    y,
+    yaw,
+    speed,
+    steer,
+    omega,
+    zeta,
+    k_speed,
+    k_position,
+    preview,
+):
     t_ref = np.arange(plan_s.shape[0]) * PLAN_DT
     s_ref = np.interp(now, t_ref, plan_s)  # where the plan says we are now
     v_ref = np.interp(now + preview, t_ref, plan_v)

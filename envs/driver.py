@@ -87,8 +87,17 @@ class RouteFollower:
         gap_obj, v_obj = self.obstacle_ahead(world)
         gap_stop = self.stop_line_ahead(world)
         stops = [gap_stop] if math.isfinite(gap_stop) else []
-        ss, _ = speed_profile(c.route_s, cap, float(st.route_s), float(st.speed[0]), (gap_obj, v_obj), stops,
-                              self.T, self.s0, max_decel=6.0)  # fmt: skip
+        ss, _ = speed_profile(
+            c.route_s,
+            cap,
+            float(st.route_s),
+            float(st.speed[0]),
+            (gap_obj, v_obj),
+            stops,
+            self.T,
+            self.s0,
+            max_decel=6.0,
+        )
         # the plan lies on the route centreline: the controller's lateral feedback closes any offset
         pts, hs = geo.interpolate(c.route_xy, c.route_s, ss)
         return to_ego_frame(pts, hs, float(st.x[0]), float(st.y[0]), float(st.yaw[0]))
@@ -118,10 +127,18 @@ def next_stop_line(world: World, stopped_at: dict[int, float], wait: float = 1.0
     return math.inf, None
 
 
-def speed_profile(route_s: np.ndarray, cap: np.ndarray, s: float, v: float,
-                  lead: tuple[float, float] = (math.inf, 0.0), stops: list[float] | tuple = (),
-                  time_headway: float = 1.5, min_gap: float = 3.0, speed_cap: float = math.inf,
-                  max_decel: float = 6.0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def speed_profile(
+    route_s: np.ndarray,
+    cap: np.ndarray,
+    s: float,
+    v: float,
+    lead: tuple[float, float] = (math.inf, 0.0),
+    stops: list[float] | tuple = (),
+    time_headway: float = 1.5,
+    min_gap: float = 3.0,
+    speed_cap: float = math.inf,
+    max_decel: float = 6.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """IDM rollout over the plan horizon along the route: arc lengths and speeds at 0.1 .. 6.4 s.
 
     The tightest constraint wins: the free road (``cap``: the speed limit / curvature cap per route

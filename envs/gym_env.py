@@ -74,8 +74,9 @@ class LoopDriveEnv(gym.Env):
             raise ValueError(f"unknown backend {backend!r} for LoopDriveEnv; available: {list(BACKENDS)}{hint}")
         interface.check_options(action_mode, invalid_action, observations, render_mode, n_frames)
         if backend == "worldmodel" and (world_model is None or "cameras" not in observations):
-            raise ValueError("backend='worldmodel' needs world_model=PATH (a saved world model) and the 'cameras' "
-                             "observation")  # fmt: skip
+            raise ValueError(
+                "backend='worldmodel' needs world_model=PATH (a saved world model) and the 'cameras' observation"
+            )
 
         self.scenarios, self.bank_name, self.bank_version = interface.load_scenarios(bank, scenario, split)
         self.action_mode = action_mode
@@ -110,8 +111,9 @@ class LoopDriveEnv(gym.Env):
         if backend == "worldmodel":
             from envs.backends.world_model import ImaginedCameras
 
-            self.imagined = ImaginedCameras(world_model, len(self.rig), n_frames, self.decision_every, (h, w),
-                                            noise_scale=world_model_noise)  # fmt: skip
+            self.imagined = ImaginedCameras(
+                world_model, len(self.rig), n_frames, self.decision_every, (h, w), noise_scale=world_model_noise
+            )
         self._decisions = 0
 
     # --- episode ---------------------------------------------------------------------------------------------
@@ -304,15 +306,19 @@ class LoopDriveEnv(gym.Env):
         """The episode so far as the metric suites read it."""
         w = self.world
         return EpisodeLog(
-            events=[e for e in w.log if e.kind is not EventKind.TRIGGER], ego=list(self._ego_track),
-            route_length=w.compiled.goal_distance, dt=DT, timed_out=w.state.route.blocked,
+            events=[e for e in w.log if e.kind is not EventKind.TRIGGER],
+            ego=list(self._ego_track),
+            route_length=w.compiled.goal_distance,
+            dt=DT,
+            timed_out=w.state.route.blocked,
             distance_outside_route_lanes=w.state.route.distance_outside_route_lanes,
-        )  # fmt: skip
+        )
 
     def episode_metrics(self) -> dict[str, Any]:
         """Summary of the episode so far: world statistics, infractions, every metric suite."""
-        return interface.summarise_episode(self.episode_log(), self.world.stats(), self._returns,
-                                           self.leaderboard_version)  # fmt: skip
+        return interface.summarise_episode(
+            self.episode_log(), self.world.stats(), self._returns, self.leaderboard_version
+        )
 
     def _default_reference(self) -> Callable[[World], np.ndarray]:
         from envs.driver import RouteFollower

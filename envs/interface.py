@@ -31,8 +31,9 @@ class InvalidActionError(ValueError):
     pass
 
 
-def check_options(action_mode: str, invalid_action: str, observations: Sequence[str], render_mode: str | None,
-                  n_frames: int) -> None:  # fmt: skip
+def check_options(
+    action_mode: str, invalid_action: str, observations: Sequence[str], render_mode: str | None, n_frames: int
+) -> None:
     """Raise ``ValueError`` naming the first bad constructor argument."""
     if action_mode not in ("trajectory", "control"):
         raise ValueError(f"action_mode must be 'trajectory' or 'control', got {action_mode!r}")
@@ -58,8 +59,9 @@ def load_scenarios(bank: str, scenario: str | Scenario | None, split: str | None
     return scenarios, loaded.name, loaded.version
 
 
-def pick_scenario(scenarios: Sequence[Scenario], choice: str | int | None, rng: np.random.Generator,
-                  bank_name: str) -> Scenario:  # fmt: skip
+def pick_scenario(
+    scenarios: Sequence[Scenario], choice: str | int | None, rng: np.random.Generator, bank_name: str
+) -> Scenario:
     """``reset(options={"scenario": ...})``: by id, by index, or at random."""
     if choice is None:
         return scenarios[int(rng.integers(len(scenarios)))]
@@ -79,8 +81,9 @@ def decision_period(decision_every: int | None, action_mode: str) -> int:
     return n
 
 
-def observation_space(keys: Sequence[str], n_cameras: int, n_frames: int, camera_size: tuple[int, int],
-                      bev_size: int) -> spaces.Dict:  # fmt: skip
+def observation_space(
+    keys: Sequence[str], n_cameras: int, n_frames: int, camera_size: tuple[int, int], bev_size: int
+) -> spaces.Dict:
     h, w = camera_size
     space: dict[str, spaces.Space] = {}
     if "cameras" in keys:
@@ -135,8 +138,9 @@ def is_terminal(events: Sequence[Event], terminate_on_collision: bool) -> bool:
     return False
 
 
-def summarise_episode(log: EpisodeLog, stats: Mapping[str, float], returns: Mapping[str, float],
-                      leaderboard_version: str) -> dict[str, Any]:  # fmt: skip
+def summarise_episode(
+    log: EpisodeLog, stats: Mapping[str, float], returns: Mapping[str, float], leaderboard_version: str
+) -> dict[str, Any]:
     """An episode's summary (``info["metrics"]``): statistics, infractions and every metric suite."""
     counts: dict[str, int] = {}
     for e in log.events:

@@ -98,8 +98,7 @@ def route_command(world: World, horizon: float = 60.0) -> int:
     return COMMANDS.index("follow")
 
 
-def route_command_from_geometry(route_xy: np.ndarray, route_s: np.ndarray, s_now: float,
-                                horizon: float = 60.0) -> int:  # fmt: skip
+def route_command_from_geometry(route_xy: np.ndarray, route_s: np.ndarray, s_now: float, horizon: float = 60.0) -> int:
     """The command where the map has no junction lanes to read (CARLA routes): the route's net heading
     change over the next ``horizon`` m, left or right past 0.5 rad (as a junction turn), else follow."""
     _, (h0, h1) = geo.interpolate(route_xy, route_s, np.array([s_now + 2.0, s_now + horizon]))
@@ -118,12 +117,33 @@ def state_vector(world: World) -> np.ndarray:
     """Compact privileged state for classic RL: ego, route, 8 nearest actors, next stop line."""
     st, c, a = world.state, world.compiled, world.compiled.actors
     out = np.zeros(STATE_DIM, np.float32)
-    out[:EGO_STATE_DIM] = (st.speed[0], st.accel[0], st.yaw_rate, st.steer, st.speed_limit, st.lateral,
-                           st.heading_error)  # fmt: skip
+    out[:EGO_STATE_DIM] = (
+        st.speed[0],
+        st.accel[0],
+        st.yaw_rate,
+        st.steer,
+        st.speed_limit,
+        st.lateral,
+        st.heading_error,
+    )
     kernels.state_features(
-        out, EGO_STATE_DIM, st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width, c.route_xy, c.route_s,
-        st.route_s, ROUTE_POINTS, ROUTE_SPACING, N_NEIGHBOURS, NEIGHBOUR_RANGE,
-    )  # fmt: skip
+        out,
+        EGO_STATE_DIM,
+        st.x,
+        st.y,
+        st.yaw,
+        st.speed,
+        st.active,
+        a.length,
+        a.width,
+        c.route_xy,
+        c.route_s,
+        st.route_s,
+        ROUTE_POINTS,
+        ROUTE_SPACING,
+        N_NEIGHBOURS,
+        NEIGHBOUR_RANGE,
+    )
     k = STATE_DIM - 3
     front = st.route_s + a.length[0] / 2
     out[k] = 1.0  # no stop line ahead

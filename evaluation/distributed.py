@@ -42,7 +42,9 @@ class EpisodeWorker:
         return os.getpid()
 
 
-def init_ray(workers: int, address: str | None) -> None:
+def init_ray(cpus: int, address: str | None) -> None:
+    """Join the cluster at ``address``, or start a local Ray with ``cpus`` CPUs (no dashboard); a
+    no-op when Ray is already up."""
     import ray
 
     if ray.is_initialized():
@@ -51,11 +53,12 @@ def init_ray(workers: int, address: str | None) -> None:
     if address:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     else:
-        ray.init(num_cpus=max(workers, 1), include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=max(cpus, 1), include_dashboard=False, log_to_driver=False)
 
 
-def run_on_ray(todo: list[Task], config: EvalConfig, out: Path,
-               agent_factory: Callable[[], Any] | None = None) -> Iterator[dict[str, Any]]:  # fmt: skip
+def run_on_ray(
+    todo: list[Task], config: EvalConfig, out: Path, agent_factory: Callable[[], Any] | None = None
+) -> Iterator[dict[str, Any]]:
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
@@ -74,8 +77,9 @@ def run_on_ray(todo: list[Task], config: EvalConfig, out: Path,
     # (a trainer's env runners may hold some of the cluster's)
     cpus = max(1, int(ray.available_resources().get("CPU", 1)))
     if config.workers > cpus:
-        warnings.warn(f"{config.workers} workers asked for, the Ray cluster has {cpus} free CPU(s): using {cpus}",
-                      stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"{config.workers} workers asked for, the Ray cluster has {cpus} free CPU(s): using {cpus}", stacklevel=2
+        )
     idle = [spawn() for _ in range(min(config.workers, cpus, len(todo)))]
     fresh = set(map(id, idle))
     pending: dict[Any, tuple[Any, Task, float, int]] = {}
@@ -112,8 +116,12 @@ def run_on_ray(todo: list[Task], config: EvalConfig, out: Path,
                     new = spawn()
                     fresh.add(id(new))
                     idle.append(new)
-                    yield _lost(task, attempt + 1, f"episode exceeded {config.episode_timeout_s:g} s; worker replaced",
-                                status="timeout")  # fmt: skip
+                    yield _lost(
+                        task,
+                        attempt + 1,
+                        f"episode exceeded {config.episode_timeout_s:g} s; worker replaced",
+                        status="timeout",
+                    )
     finally:
         for actor, *_ in pending.values():
             ray.kill(actor, no_restart=True)
@@ -122,5 +130,12 @@ def run_on_ray(todo: list[Task], config: EvalConfig, out: Path,
 
 
 def _lost(task: Task, attempts: int, error: str, status: str = "infra_error") -> dict[str, Any]:
-    return {"key": task.key, "scenario": task.scenario, "seed": task.seed, "rig": task.rig, "status": status,
-            "error": error, "attempts": attempts}  # fmt: skip
+    return {
+        "key": task.key,
+        "scenario": task.scenario,
+        "seed": task.seed,
+        "rig": task.rig,
+        "status": status,
+        "error": error,
+        "attempts": attempts,
+    }

@@ -29,6 +29,7 @@ from envs import InvalidActionError, LoopDriveEnv, World, make_env
 from envs.interface import DEFAULT_OBSERVATIONS
 from envs.sensors import VideoRecorder
 from evaluation.config import EvalConfig
+from loopdrive.seeding import derive_seed
 from rewards.consistency import consistency_score
 from rewards.scene import scene_facts
 
@@ -57,22 +58,25 @@ class AgentFailure(Exception):
 
 def episode_seed(task: Task) -> int:
     """A seed for the agent's own randomness that depends only on the task (not on the worker)."""
-    return (task.seed * 1_000_003 + sum(map(ord, task.scenario))) % (2**31 - 1)
+    return derive_seed(task.seed, task.scenario)
 
 
 class EpisodeRunner:
     """Runs tasks in this process; reused across episodes (one env per rig, one agent)."""
 
-    def __init__(self, config: EvalConfig, out_dir: str | Path | None = None,
-                 agent_factory: Callable[[], Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, config: EvalConfig, out_dir: str | Path | None = None, agent_factory: Callable[[], Any] | None = None
+    ) -> None:
         from agents import load_agent
 
         self.config = config
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.agent = (agent_factory or (lambda: load_agent(config.agent)))()
         if config.backend == "carla" and getattr(self.agent, "privileged", False):
-            raise ValueError(f"agent {config.agent!r} is privileged (it reads the embedded world's state) and cannot "
-                             "drive on CARLA; evaluate a learned agent or a baseline there")  # fmt: skip
+            raise ValueError(
+                f"agent {config.agent!r} is privileged (it reads the embedded world's state) and cannot "
+                "drive on CARLA; evaluate a learned agent or a baseline there"
+            )
         self.envs: dict[str, LoopDriveEnv] = {}
 
     def env(self, rig: str) -> LoopDriveEnv:
@@ -82,15 +86,26 @@ class EpisodeRunner:
             if c.backend == "worldmodel" and "cameras" not in wanted:  # the backend is a camera model
                 wanted += ("cameras",)
             if c.backend == "carla":
-                backend_args = {"carla_host": c.carla_host, "carla_port": c.carla_port,
-                                "carla_container": c.carla_container}  # fmt: skip
+                backend_args = {
+                    "carla_host": c.carla_host,
+                    "carla_port": c.carla_port,
+                    "carla_container": c.carla_container,
+                }
             else:
                 backend_args = {"world_model": c.world_model, "world_model_noise": c.world_model_noise}
             self.envs[rig] = make_env(
-                bank=c.bank, split=c.split, rig=rig, observations=tuple(wanted), decision_every=c.decision_every,
-                n_frames=c.n_frames, camera_size=tuple(c.camera_size), leaderboard_version=c.leaderboard_version,
-                render_mode="rgb_array" if c.video else None, backend=c.backend, **backend_args,
-            )  # fmt: skip
+                bank=c.bank,
+                split=c.split,
+                rig=rig,
+                observations=tuple(wanted),
+                decision_every=c.decision_every,
+                n_frames=c.n_frames,
+                camera_size=tuple(c.camera_size),
+                leaderboard_version=c.leaderboard_version,
+                render_mode="rgb_array" if c.video else None,
+                backend=c.backend,
+                **backend_args,
+            )
         return self.envs[rig]
 
     def run(self, task: Task) -> dict[str, Any]:

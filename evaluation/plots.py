@@ -50,8 +50,12 @@ def infraction_breakdown(infractions: Mapping[str, int], distance_km: float) -> 
     return _svg(fig)
 
 
-def bev_trajectory(lanes: Sequence[np.ndarray], trace: Sequence[Sequence[float]], title: str,
-                   markers: Sequence[tuple[float, float, str]] = ()) -> str:  # fmt: skip
+def bev_trajectory(
+    lanes: Sequence[np.ndarray],
+    trace: Sequence[Sequence[float]],
+    title: str,
+    markers: Sequence[tuple[float, float, str]] = (),
+) -> str:
     """Top view of one episode: lane polygons, the ego's path (start o, end x), infraction markers."""
     fig = Figure(figsize=(3.4, 3.4))
     ax = fig.add_subplot()

@@ -100,8 +100,9 @@ def compare(
     base_sum, base = _load_run(baseline, "baseline")
     cand_sum, cand = _load_run(candidate, "candidate")
     if base_sum["bank"] != cand_sum["bank"]:
-        raise RegressInputError(f"the runs are on different banks: baseline {base_sum['bank']}, "
-                                f"candidate {cand_sum['bank']}")  # fmt: skip
+        raise RegressInputError(
+            f"the runs are on different banks: baseline {base_sum['bank']}, candidate {cand_sum['bank']}"
+        )
     keys = sorted(set(base) & set(cand))
     if not keys:
         raise RegressInputError("no episode (scenario, seed, rig) was scored in both runs")
@@ -119,27 +120,47 @@ def compare(
     rows = [_row(base[k], cand[k], metric) for k in keys]
     tags = set(must_pass or [])
     newly_failing = [
-        r for k, r in zip(keys, rows)
-        if tags and (tags & set(base[k].get("tags", [])) or "all" in tags)
-        and suite_score(base[k], "success") == 100.0 and suite_score(cand[k], "success") < 100.0
-    ]  # fmt: skip
+        r
+        for k, r in zip(keys, rows)
+        if tags
+        and (tags & set(base[k].get("tags", [])) or "all" in tags)
+        and suite_score(base[k], "success") == 100.0
+        and suite_score(cand[k], "success") < 100.0
+    ]
     return Comparison(
-        metric=metric, test=test, alpha=alpha, tolerance=tolerance, bank=cand_sum["bank"],
-        baseline=f"{base_sum['agent']} ({baseline})", candidate=f"{cand_sum['agent']} ({candidate})",
-        n_pairs=len(keys), baseline_mean=float(b.mean()), candidate_mean=float(c.mean()), mean_diff=float(d.mean()),
-        ci95=ci, p_value=p, significant_drop=bool(p < alpha and d.mean() < -tolerance),
+        metric=metric,
+        test=test,
+        alpha=alpha,
+        tolerance=tolerance,
+        bank=cand_sum["bank"],
+        baseline=f"{base_sum['agent']} ({baseline})",
+        candidate=f"{cand_sum['agent']} ({candidate})",
+        n_pairs=len(keys),
+        baseline_mean=float(b.mean()),
+        candidate_mean=float(c.mean()),
+        mean_diff=float(d.mean()),
+        ci95=ci,
+        p_value=p,
+        significant_drop=bool(p < alpha and d.mean() < -tolerance),
         regressed=sorted((r for r in rows if r["diff"] <= -SCENARIO_DELTA), key=lambda r: r["diff"]),
         improved=sorted((r for r in rows if r["diff"] >= SCENARIO_DELTA), key=lambda r: -r["diff"]),
         newly_failing_must_pass=newly_failing,
         unpaired=sorted(set(base) ^ set(cand)),
-    )  # fmt: skip
+    )
 
 
 def _row(b: dict[str, Any], c: dict[str, Any], metric: str) -> dict[str, Any]:
     sb, sc = suite_score(b, metric), suite_score(c, metric)
-    return {"key": b["key"], "scenario": b["scenario"], "family": b.get("family", ""), "baseline": sb,
-            "candidate": sc, "diff": sc - sb, "candidate_infractions": [i["type"] for i in c.get("infractions", [])],
-            "candidate_status": c["status"]}  # fmt: skip
+    return {
+        "key": b["key"],
+        "scenario": b["scenario"],
+        "family": b.get("family", ""),
+        "baseline": sb,
+        "candidate": sc,
+        "diff": sc - sb,
+        "candidate_infractions": [i["type"] for i in c.get("infractions", [])],
+        "candidate_status": c["status"],
+    }
 
 
 def to_markdown(cmp: Comparison) -> str:
@@ -156,15 +177,23 @@ def to_markdown(cmp: Comparison) -> str:
         f"95% CI {cmp.ci95[0]:+.2f} .. {cmp.ci95[1]:+.2f}, one-sided p {cmp.p_value:.4f})",
         "",
     ]
-    for title, rows in (("Newly failing must-pass scenarios", cmp.newly_failing_must_pass),
-                        (f"Regressed scenarios (<= -{SCENARIO_DELTA:g} points)", cmp.regressed),
-                        (f"Improved scenarios (>= +{SCENARIO_DELTA:g} points)", cmp.improved)):  # fmt: skip
+    for title, rows in (
+        ("Newly failing must-pass scenarios", cmp.newly_failing_must_pass),
+        (f"Regressed scenarios (<= -{SCENARIO_DELTA:g} points)", cmp.regressed),
+        (f"Improved scenarios (>= +{SCENARIO_DELTA:g} points)", cmp.improved),
+    ):
         lines.append(f"## {title}: {len(rows)}")
         if rows:
-            lines += ["", "| episode | family | baseline | candidate | diff | candidate infractions |",
-                      "|---|---|---:|---:|---:|---|"]  # fmt: skip
-            lines += [f"| {r['key']} | {r['family']} | {r['baseline']:.1f} | {r['candidate']:.1f} | {r['diff']:+.1f} | "
-                      f"{', '.join(r['candidate_infractions']) or '-'} |" for r in rows]  # fmt: skip
+            lines += [
+                "",
+                "| episode | family | baseline | candidate | diff | candidate infractions |",
+                "|---|---|---:|---:|---:|---|",
+            ]
+            lines += [
+                f"| {r['key']} | {r['family']} | {r['baseline']:.1f} | {r['candidate']:.1f} | {r['diff']:+.1f} | "
+                f"{', '.join(r['candidate_infractions']) or '-'} |"
+                for r in rows
+            ]
         lines.append("")
     if cmp.unpaired:
         lines.append(f"Unpaired episodes (scored in one run only): {len(cmp.unpaired)}")

@@ -27,14 +27,24 @@ def episode_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in sorted(records, key=lambda r: r["key"]):
         s = r.get("suites") or {}
-        rows.append({
-            "scenario": r["scenario"], "seed": r["seed"], "rig": r["rig"], "family": r.get("family", ""),
-            "status": r["status"], "score": _get(s, "leaderboard", "score"), "rc": _get(s, "leaderboard",
-            "route_completion"), "pdms": _get(s, "pdms", "score"), "success": _get(s, "success", "score"),
-            "infractions": ", ".join(i["type"] for i in r.get("infractions", [])),
-            "wall_s": r.get("wall_s"), "video": r.get("video"), "error": r.get("error") or "",
-            "reasoning": (r.get("reasoning") or [{}])[0].get("text", ""),
-        })  # fmt: skip
+        rows.append(
+            {
+                "scenario": r["scenario"],
+                "seed": r["seed"],
+                "rig": r["rig"],
+                "family": r.get("family", ""),
+                "status": r["status"],
+                "score": _get(s, "leaderboard", "score"),
+                "rc": _get(s, "leaderboard", "route_completion"),
+                "pdms": _get(s, "pdms", "score"),
+                "success": _get(s, "success", "score"),
+                "infractions": ", ".join(i["type"] for i in r.get("infractions", [])),
+                "wall_s": r.get("wall_s"),
+                "video": r.get("video"),
+                "error": r.get("error") or "",
+                "reasoning": (r.get("reasoning") or [{}])[0].get("text", ""),
+            }
+        )
     return rows
 
 
@@ -53,8 +63,9 @@ def _lane_polygons(scenario: Any, bank_path: Path) -> list:
         road = load_map(scenario, bank_path)
     except Exception:
         return []
-    return [np.asarray(lane.polygon.exterior.coords) for lane in road.lanes.values()
-            if lane.polygon.geom_type == "Polygon"]  # fmt: skip
+    return [
+        np.asarray(lane.polygon.exterior.coords) for lane in road.lanes.values() if lane.polygon.geom_type == "Polygon"
+    ]
 
 
 def worst_episodes(records: list[dict[str, Any]], bank_ref: str, split: str | None) -> list[dict[str, Any]]:

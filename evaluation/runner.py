@@ -45,8 +45,14 @@ def plan_tasks(config: EvalConfig) -> tuple[Any, list[Task]]:
     return bank, [Task(sid, seed, rig) for rig in config.rigs for sid in ids for seed in range(config.seeds)]
 
 
-def evaluate(config: EvalConfig, out: str | Path, *, progress: bool | None = None,
-             agent_factory: Callable[[], Any] | None = None, write_report: bool = True) -> dict[str, Any]:  # fmt: skip
+def evaluate(
+    config: EvalConfig,
+    out: str | Path,
+    *,
+    progress: bool | None = None,
+    agent_factory: Callable[[], Any] | None = None,
+    write_report: bool = True,
+) -> dict[str, Any]:
     """Run (or finish) the evaluation in ``out``; returns the summary (``summary["interrupted"]`` is
     True after a Ctrl-C, with the journal and a partial summary written)."""
     out = Path(out)
@@ -67,8 +73,14 @@ def evaluate(config: EvalConfig, out: str | Path, *, progress: bool | None = Non
         "config": config.model_dump(mode="json"),
     }
     interrupted = False
-    bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), unit="ep", desc=f"eval {config.agent}",
-               disable=None if progress is None else not progress, dynamic_ncols=True)  # fmt: skip
+    bar = tqdm(
+        total=len(tasks),
+        initial=len(tasks) - len(todo),
+        unit="ep",
+        desc=f"eval {config.agent}",
+        disable=None if progress is None else not progress,
+        dynamic_ncols=True,
+    )
     scores: list[float] = [r["score"] for r in journal.records.values() if r.get("score") is not None]
     try:
         for rec in _execute(todo, config, out, agent_factory):
@@ -96,8 +108,9 @@ def evaluate(config: EvalConfig, out: str | Path, *, progress: bool | None = Non
     return summary | {"interrupted": interrupted}
 
 
-def _execute(todo: list[Task], config: EvalConfig, out: Path,
-             agent_factory: Callable[[], Any] | None) -> Iterator[dict[str, Any]]:  # fmt: skip
+def _execute(
+    todo: list[Task], config: EvalConfig, out: Path, agent_factory: Callable[[], Any] | None
+) -> Iterator[dict[str, Any]]:
     if not todo:
         return
     if config.workers > 0:

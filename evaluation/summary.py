@@ -24,8 +24,9 @@ CURVE_AND_TURN_TAGS = frozenset({"curve", "sharp_curve", "turn_left", "turn_righ
 BOOTSTRAP_SAMPLES = 2000
 
 
-def bootstrap_ci(values: Sequence[float], level: float = 0.95, samples: int = BOOTSTRAP_SAMPLES,
-                 seed: int = 0) -> tuple[float, float]:  # fmt: skip
+def bootstrap_ci(
+    values: Sequence[float], level: float = 0.95, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean (seeded: the same values give the same interval)."""
     x = np.asarray(values, float)
     if len(x) == 0:
@@ -64,8 +65,13 @@ def git_revision() -> str | None:
     try:
         root = Path(__file__).resolve().parent.parent
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5)  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if rev.returncode != 0:

@@ -112,12 +112,23 @@ def _eval(args: argparse.Namespace) -> int:
     from evaluation import evaluate, load_eval_config
 
     config = load_eval_config(
-        args.config, bank=args.bank, split=args.split, agent=args.agent, seeds=args.seeds, workers=args.workers,
-        ray_address=args.ray_address, rigs=args.rig.split(",") if args.rig else None, video=args.video or None,
-        scenarios=args.scenarios.split(",") if args.scenarios else None, episode_timeout_s=args.episode_timeout,
-        backend=args.backend, world_model=args.world_model, carla_host=args.carla_host, carla_port=args.carla_port,
+        args.config,
+        bank=args.bank,
+        split=args.split,
+        agent=args.agent,
+        seeds=args.seeds,
+        workers=args.workers,
+        ray_address=args.ray_address,
+        rigs=args.rig.split(",") if args.rig else None,
+        video=args.video or None,
+        scenarios=args.scenarios.split(",") if args.scenarios else None,
+        episode_timeout_s=args.episode_timeout,
+        backend=args.backend,
+        world_model=args.world_model,
+        carla_host=args.carla_host,
+        carla_port=args.carla_port,
         carla_container=args.carla_container,
-    )  # fmt: skip
+    )
     out = Path(args.out)
     summary = evaluate(config, out)
     lb, ep = summary["suites"].get("leaderboard", {}), summary["episodes"]
@@ -167,15 +178,10 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from training.data import CollectConfig, card_path, collect
+    from loopdrive.flags import model_from_flags
+    from training.data import CollectSettings, card_path, collect
 
-    cfg = CollectConfig(
-        bank=args.bank, split=args.split, agent=args.agent, seeds=args.seeds, rig=args.rig, n_frames=args.n_frames,
-        decision_every=args.decision_every, teacher=args.teacher, perturb_fraction=args.perturb_fraction,
-        scenarios=args.scenarios.split(",") if args.scenarios else None, max_episodes=args.max_episodes,
-        target=args.target,
-    )  # fmt: skip
-    card = collect(cfg, args.out)
+    card = collect(model_from_flags(args, CollectSettings), args.out)
     f = card["labels"].get("filter", {})
     print(
         f"{card['samples']} samples from {card['episodes_complete']} episodes in {args.out} "
@@ -193,6 +199,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from loopdrive.flags import add_model_flags
+    from training.data.settings import CollectSettings
+
     p = argparse.ArgumentParser(prog="loopdrive", description="Closed-loop driving suite for VLA agents.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -243,8 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--scenarios", help="comma-separated subset of scenario ids")
     ev.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")
     ev.add_argument("--video", action="store_true", help="an mp4 per episode (cameras, BEV, reasoning)")
-    ev.add_argument("--backend", choices=["embedded", "worldmodel", "carla"],
-                    help="worldmodel: cameras from a learned model; carla: a CARLA server")  # fmt: skip
+    ev.add_argument(
+        "--backend",
+        choices=["embedded", "worldmodel", "carla"],
+        help="worldmodel: cameras from a learned model; carla: a CARLA server",
+    )
     ev.add_argument("--world-model", help="a saved world model (RUN/checkpoints/final), for --backend worldmodel")
     ev.add_argument("--carla-host", help="the CARLA server's host, for --backend carla (default localhost)")
     ev.add_argument("--carla-port", type=int, help="its RPC port (default 2000)")
@@ -272,24 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(fn=_report)
 
     co = sub.add_parser("collect", help="record labelled driving data (zarr) for SFT; resumable")
-    co.add_argument("--bank", default="core")
-    co.add_argument("--split", choices=["train", "val", "test"], default="train")
-    co.add_argument("--agent", default="expert")
     co.add_argument("--out", required=True, help="zarr path, e.g. data/core_train.zarr")
-    co.add_argument("--seeds", type=int, default=1)
-    co.add_argument("--rig", default="alpamayo4")
-    co.add_argument("--n-frames", type=int, default=4)
-    co.add_argument("--decision-every", type=int, default=5)
-    co.add_argument("--teacher", default="template", help="template, or a critic spec whose LM writes the reasoning")
-    co.add_argument("--perturb-fraction", type=float, default=0.0, help="extra episodes started off-centre")
-    co.add_argument(
-        "--target",
-        choices=("executed", "plan"),
-        default="executed",
-        help="the trajectory to learn: the future driven, or the agent's plan at each decision",
-    )
-    co.add_argument("--scenarios", help="comma-separated subset of scenario ids")
-    co.add_argument("--max-episodes", type=int)
+    add_model_flags(co, CollectSettings)  # every setting, as a recipe's [data] section has them
     co.set_defaults(fn=_collect)
 
     tr = sub.add_parser("train", help="training/run.py: SFT (and later RL) from a recipe")

@@ -18,7 +18,7 @@ DEMO_RECIPE = Path(__file__).resolve().parents[1] / "configs" / "sft_demo.toml"
 
 def train_demo_vla(out: Path, recipe_path: Path = DEMO_RECIPE) -> tuple[Path, object]:
     from training.checkpoints import latest_checkpoint
-    from training.config import load_recipe
+    from training.recipes import load_recipe
     from training.run import train
 
     recipe = load_recipe(recipe_path)
@@ -30,16 +30,26 @@ def train_demo_vla(out: Path, recipe_path: Path = DEMO_RECIPE) -> tuple[Path, ob
     return final, recipe
 
 
-def run_demo(bank: str, out: Path, video: bool = True, split: str | None = None,
-             agents: str = "expert,constant_velocity", sft: bool = True) -> int:  # fmt: skip
+def run_demo(
+    bank: str,
+    out: Path,
+    video: bool = True,
+    split: str | None = None,
+    agents: str = "expert,constant_velocity",
+    sft: bool = True,
+) -> int:
     specs = [a.strip() for a in agents.split(",") if a.strip()]
     setup: dict = {}
     if sft:
         final, recipe = train_demo_vla(out)
         specs.insert(1, f"vla:{final}")
         d = recipe.data
-        setup = {"n_frames": d.n_frames, "decision_every": d.decision_every, "rigs": [d.rig],
-                 "camera_size": tuple(d.camera_size)}  # fmt: skip
+        setup = {
+            "n_frames": d.n_frames,
+            "decision_every": d.decision_every,
+            "rigs": [d.rig],
+            "camera_size": tuple(d.camera_size),
+        }
     results = {}
     for spec in specs:
         name = "vla" if spec.startswith("vla:") else spec.replace(":", "_").replace("/", "_")

@@ -16,12 +16,22 @@ import numpy as np
 Part = int | str
 
 
-def derive_seed(*parts: Part) -> int:
-    """A seed in [0, 2**31 - 1) determined by ``parts`` (ints, or strings such as scenario ids)."""
+def seed_sequence(*parts: Part) -> np.random.SeedSequence:
+    """The ``SeedSequence`` of ``parts`` (for int parts the same as numpy's ``default_rng([a, b, ...])``)."""
     if not parts:
-        raise ValueError("derive_seed needs at least one part")
-    entropy = [_as_entropy(p) for p in parts]
-    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] % (2**31 - 1))
+        raise ValueError("a seed needs at least one part")
+    return np.random.SeedSequence([_as_entropy(p) for p in parts])
+
+
+def derive_seed(*parts: Part) -> int:
+    """A seed in [0, 2**31 - 1) determined by ``parts`` (ints, or strings such as scenario ids): for
+    torch generators and libraries that take an int."""
+    return int(seed_sequence(*parts).generate_state(1, np.uint64)[0] % (2**31 - 1))
+
+
+def rng(*parts: Part) -> np.random.Generator:
+    """A numpy generator determined by ``parts``."""
+    return np.random.default_rng(seed_sequence(*parts))
 
 
 def _as_entropy(part: Part) -> int:

@@ -11,8 +11,14 @@ from rewards.critics.base import ConsistencyScore
 from rewards.meta_actions import detect, detect_plan, dominant
 
 
-def consistency_score(reasoning: str, trajectory: np.ndarray, causes: set[str], critic: Critic | None = None,
-                      speed0: float | None = None, dt: float = 0.1) -> ConsistencyScore:  # fmt: skip
+def consistency_score(
+    reasoning: str,
+    trajectory: np.ndarray,
+    causes: set[str],
+    critic: Critic | None = None,
+    speed0: float | None = None,
+    dt: float = 0.1,
+) -> ConsistencyScore:
     """Score a Chain-of-Causation text against the trajectory the car drove (or planned) and the scene.
 
     ``trajectory`` is an ego-frame plan ``[T, 3]`` when ``speed0`` is given, else world-frame
@@ -27,7 +33,8 @@ def consistency_score(reasoning: str, trajectory: np.ndarray, causes: set[str], 
     return result
 
 
-def consistency_reward(reasoning: str, trajectory: np.ndarray, causes: set[str], critic: Critic | None = None,
-                       **kw: Any) -> float:  # fmt: skip
+def consistency_reward(
+    reasoning: str, trajectory: np.ndarray, causes: set[str], critic: Critic | None = None, **kw: Any
+) -> float:
     """The overall score in [0, 1] (mean of behaviour consistency and causal grounding)."""
     return consistency_score(reasoning, trajectory, causes, critic, **kw).overall

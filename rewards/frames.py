@@ -7,11 +7,12 @@ terms are). DDRL combines them by config weights; the world model's evaluation r
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 
 import cv2
 import numpy as np
+
+from loopdrive.plugins import load_callable
 
 FrameReward = Callable[[np.ndarray, np.ndarray], np.ndarray]
 FRAME_REWARDS: dict[str, FrameReward] = {}
@@ -63,14 +64,11 @@ def resolve_frame_reward(spec: str) -> FrameReward:
     if spec in FRAME_REWARDS:
         return FRAME_REWARDS[spec]
     if ":" not in spec:
-        raise ValueError(f"unknown frame reward {spec!r}: not registered (known: {sorted(FRAME_REWARDS)}) "
-                         "and not an import path like 'my_pkg.rewards:sharpness'")  # fmt: skip
-    module_name, _, attr = spec.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"frame reward {spec!r}: {e}") from None
-    return fn
+        raise ValueError(
+            f"unknown frame reward {spec!r}: not registered (known: {sorted(FRAME_REWARDS)}) "
+            "and not an import path like 'my_pkg.rewards:sharpness'"
+        )
+    return load_callable(spec, "frame reward")
 
 
 class FrameRewards:

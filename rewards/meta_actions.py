@@ -78,8 +78,9 @@ def _fit_weights(T: int, dt: float, half: int) -> tuple[np.ndarray, np.ndarray]:
     return w1, w2
 
 
-def kinematics(xy: np.ndarray, dt: float, yaw: np.ndarray | None = None, smooth_s: float = 0.5,
-               heading_smooth_s: float = 1.0):  # fmt: skip
+def kinematics(
+    xy: np.ndarray, dt: float, yaw: np.ndarray | None = None, smooth_s: float = 0.5, heading_smooth_s: float = 1.0
+):
     """Speed, acceleration and heading per frame of a trajectory, from local quadratic fits
     (heading over a longer window: it feeds the lateral detectors, which integrate it)."""
     xy = np.asarray(xy, float)
@@ -213,8 +214,12 @@ def segments(labels: list[str], dt: float, min_duration: float) -> list[dict[str
     return [{"label": lab, "start": round(a * dt, 3), "end": round(b * dt, 3)} for lab, a, b in merged]
 
 
-def detect(xy: np.ndarray, dt: float = 0.1, yaw: np.ndarray | None = None,
-           thresholds: MetaActionThresholds = DEFAULT_THRESHOLDS) -> dict[str, Any]:  # fmt: skip
+def detect(
+    xy: np.ndarray,
+    dt: float = 0.1,
+    yaw: np.ndarray | None = None,
+    thresholds: MetaActionThresholds = DEFAULT_THRESHOLDS,
+) -> dict[str, Any]:
     """Meta-actions of a trajectory ``xy [T, 2]`` sampled every ``dt`` s.
 
     Returns per-frame labels and merged segments for both axes, e.g.
@@ -237,8 +242,9 @@ def detect(xy: np.ndarray, dt: float = 0.1, yaw: np.ndarray | None = None,
     }
 
 
-def detect_plan(plan: np.ndarray, speed0: float, dt: float = 0.1,
-                thresholds: MetaActionThresholds = DEFAULT_THRESHOLDS) -> dict[str, Any]:  # fmt: skip
+def detect_plan(
+    plan: np.ndarray, speed0: float, dt: float = 0.1, thresholds: MetaActionThresholds = DEFAULT_THRESHOLDS
+) -> dict[str, Any]:
     """Meta-actions of an ego-frame plan ``[64, 3]`` starting at the origin with speed ``speed0``."""
     plan = np.asarray(plan, float)
     back = np.array([[-speed0 * dt, 0.0]])  # one step of history so the first frame has a speed

@@ -22,7 +22,6 @@ score is on a 0-100 scale. Formulas and sources:
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -30,14 +29,27 @@ from typing import Any
 
 import numpy as np
 
+from loopdrive.plugins import load_callable
 from rewards.comfort import comfort_series
 from rewards.events import INCIDENTS, INFRACTIONS, Event, EventKind
 from rewards.transition import EgoState
 
-LB20_COEFFICIENTS = {"pedestrian": 0.50, "vehicle": 0.60, "static": 0.65, "red_light": 0.70, "stop_sign": 0.80,
-                     "scenario_timeout": 0.70}  # fmt: skip
-LB21_WEIGHTS = {"pedestrian": 1.0, "vehicle": 0.7, "static": 0.6, "red_light": 0.4, "stop_sign": 0.25,
-                "scenario_timeout": 0.4}  # fmt: skip
+LB20_COEFFICIENTS = {
+    "pedestrian": 0.50,
+    "vehicle": 0.60,
+    "static": 0.65,
+    "red_light": 0.70,
+    "stop_sign": 0.80,
+    "scenario_timeout": 0.70,
+}
+LB21_WEIGHTS = {
+    "pedestrian": 1.0,
+    "vehicle": 0.7,
+    "static": 0.6,
+    "red_light": 0.4,
+    "stop_sign": 0.25,
+    "scenario_timeout": 0.4,
+}
 TTC_THRESHOLD = 0.95
 SUITES = ("leaderboard", "pdms", "alpasim", "comfort", "success")
 
@@ -105,8 +117,14 @@ def leaderboard(log: EpisodeLog, version: str = "2.0") -> dict[str, float]:
     rc = 100.0 * log.route_completion
     km = log.distance / 1000.0
     n_inf = sum(counts.values())
-    return {"score": rc * ip, "route_completion": rc, "infraction_penalty": ip, "infractions": float(n_inf),
-            "infractions_per_km": n_inf / km if km > 0 else 0.0, "outside_lanes_pct": outside_pct}  # fmt: skip
+    return {
+        "score": rc * ip,
+        "route_completion": rc,
+        "infraction_penalty": ip,
+        "infractions": float(n_inf),
+        "infractions_per_km": n_inf / km if km > 0 else 0.0,
+        "outside_lanes_pct": outside_pct,
+    }
 
 
 def comfort(log: EpisodeLog) -> dict[str, float]:
@@ -169,20 +187,17 @@ def register_metric(name: str | None = None):
 
 
 def resolve_metric(spec: str) -> MetricFn:
+    """A registered metric, or ``module:function`` from the user's code."""
     if spec in METRICS:
         return METRICS[spec]
-    module, _, attr = spec.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module), attr) if attr else None
-    except ImportError as e:
-        raise ValueError(f"metric {spec!r}: cannot import {module!r}: {e}") from None
-    if not callable(fn):
+    if ":" not in spec:
         raise ValueError(f"unknown metric {spec!r}: not registered ({sorted(METRICS)}) nor 'module:function'")
-    return fn
+    return load_callable(spec, "metric")
 
 
-def compute_suites(log: EpisodeLog, leaderboard_version: str = "2.0", extra_metrics: Iterable[str] = ()
-                   ) -> dict[str, dict[str, float]]:  # fmt: skip
+def compute_suites(
+    log: EpisodeLog, leaderboard_version: str = "2.0", extra_metrics: Iterable[str] = ()
+) -> dict[str, dict[str, float]]:
     """Every registered suite for one episode (plus ``extra_metrics`` by name or import path), and
     distance and km per incident under ``extra``."""
     out = {"leaderboard": leaderboard(log, leaderboard_version) | {"version": float(leaderboard_version)}}

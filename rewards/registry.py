@@ -8,11 +8,11 @@ construction, not at step 10,000.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Callable, Mapping
 
+from loopdrive.plugins import load_object
 from rewards.transition import Transition
 
 RewardFn = Callable[[Transition], float]
@@ -65,14 +65,7 @@ def resolve(spec: str) -> RewardFn:
             f"unknown reward term {spec!r}: not registered (known: {sorted(REWARD_TERMS)}) "
             "and not an import path like 'my_pkg.rewards:lane_bias'"
         )
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise RewardConfigError(f"reward term {spec!r}: cannot import module {module_name!r}: {e}") from None
-    fn = getattr(module, attr, None)
-    if fn is None:
-        raise RewardConfigError(f"reward term {spec!r}: module {module_name!r} has no attribute {attr!r}")
+    fn = load_object(spec, "reward term", RewardConfigError)
     _check_signature(fn, spec)
     return fn
 

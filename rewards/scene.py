@@ -85,8 +85,13 @@ def scene_facts(world: Any, horizon: float = 50.0) -> SceneFacts:
         gap = max(lon - (a.length[0] + a.length[j]) / 2, 0.0)
         ident = a.ids[j]
         if a.kind[j] == PEDESTRIAN:
-            facts.pedestrians.append({"id": ident, "distance": round(float(math.hypot(dx, dy)), 1),
-                                      "in_path": bool(in_path or (abs(lat) < 4.0 and st.speed[j] > 0.3))})  # fmt: skip
+            facts.pedestrians.append(
+                {
+                    "id": ident,
+                    "distance": round(float(math.hypot(dx, dy)), 1),
+                    "in_path": bool(in_path or (abs(lat) < 4.0 and st.speed[j] > 0.3)),
+                }
+            )
             continue
         if lon <= 0:
             continue
@@ -95,8 +100,12 @@ def scene_facts(world: Any, horizon: float = 50.0) -> SceneFacts:
             continue
         stopped = bool(st.speed[j] < 0.5)
         if in_path and (facts.lead_vehicle is None or gap < facts.lead_vehicle["gap"]):
-            facts.lead_vehicle = {"id": ident, "gap": round(float(gap), 1), "speed": round(float(st.speed[j]), 1),
-                                  "stopped": stopped}  # fmt: skip
+            facts.lead_vehicle = {
+                "id": ident,
+                "gap": round(float(gap), 1),
+                "speed": round(float(st.speed[j]), 1),
+                "stopped": stopped,
+            }
         if in_path and (a.kind[j] == STATIC or (stopped and st.mode[j] != 0) or a.behaviour[j] == 4) and gap < 40:
             facts.blocked_lane = {"id": ident, "gap": round(float(gap), 1)}
         moving_in = abs(lat) < 4.5 and not in_path and lat * math.sin(rel_yaw) < 0 and abs(rel_yaw) > 0.05

@@ -22,15 +22,24 @@ from envs.backends.carla_episode import FrameData, TrafficLight
 from scenarios import geometry as geo
 
 TIMEOUT = "time-out of 20000ms while waiting for the simulator, make sure the simulator is ready and connected"
-ROUTE = geo.resample(geo.chain(geo.straight(np.zeros(2), 0.0, 60.0), geo.arc(np.array([60.0, 0.0]), 0.0, 40.0,
-                                                                             math.pi / 2),
-                               geo.straight(np.array([100.0, 40.0]), math.pi / 2, 60.0)), 1.0)  # fmt: skip
+ROUTE = geo.resample(
+    geo.chain(
+        geo.straight(np.zeros(2), 0.0, 60.0),
+        geo.arc(np.array([60.0, 0.0]), 0.0, 40.0, math.pi / 2),
+        geo.straight(np.array([100.0, 40.0]), math.pi / 2, 60.0),
+    ),
+    1.0,
+)
 WALKER_ID, LIGHT_ID = 901, 77
 
 
 class FakeCarlaServer:
-    def __init__(self, walker_at: float | None = None, red_light: tuple[float, float] | None = None,
-                 stop_sign_at: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        walker_at: float | None = None,
+        red_light: tuple[float, float] | None = None,
+        stop_sign_at: float | None = None,
+    ) -> None:
         self.walker_at, self.red_light, self.stop_sign_at = walker_at, red_light, stop_sign_at
         self.actors: set[int] = set()
         self.frame = 0
@@ -109,9 +118,16 @@ class FakeCarlaSession:
             wx, wy = self.walker_xy
             out.others = np.array([[wx, wy, 0.0, 0.0, 0.6, 0.6]])
             if math.hypot(wx - self.x, wy - self.y) < 2.45 + 0.3:
-                out.events.append({"type": "collision", "frame": self.server.frame, "other_id": WALKER_ID,
-                                   "other_type": "walker.pedestrian.0001", "other_xy": (wx, wy),
-                                   "other_speed": 0.0})  # fmt: skip
+                out.events.append(
+                    {
+                        "type": "collision",
+                        "frame": self.server.frame,
+                        "other_id": WALKER_ID,
+                        "other_type": "walker.pedestrian.0001",
+                        "other_xy": (wx, wy),
+                        "other_speed": 0.0,
+                    }
+                )
         if self.server.red_light is not None:
             line, red_until = self.server.red_light
             if line - 30.0 <= s <= line + 5.0:

@@ -49,10 +49,13 @@ def test_builtin_specs_and_plugins(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     metrics, outs, _ = run({"scenario": "straight-000"}, "my_agents:Creep", "straight-000")
     assert outs[0].reasoning == "creep" and metrics["distance"] > 0
-    for spec, match in [("expurt", "unknown agent 'expurt'"), ("nope_mod:X", "cannot import module 'nope_mod'"),
-                        ("my_agents:Missing", "has no attribute 'Missing'"),
-                        ("my_agents:NeedsArgs", "cannot be built without arguments"),
-                        ("my_agents:NoAct", "has no act")]:  # fmt: skip
+    for spec, match in [
+        ("expurt", "unknown agent 'expurt'"),
+        ("nope_mod:X", "cannot import module 'nope_mod'"),
+        ("my_agents:Missing", "has no attribute 'Missing'"),
+        ("my_agents:NeedsArgs", "cannot be built without arguments"),
+        ("my_agents:NoAct", "has no act"),
+    ]:
         with pytest.raises(AgentSpecError, match=match):
             load_agent(spec)
 
@@ -70,8 +73,17 @@ def test_expert_needs_the_world():
         Expert().reset({"scenario": None})
 
 
-@pytest.mark.parametrize("scenario", ["parked_blocking-000", "overtake-000", "unprotected_left-000",
-                                      "pedestrian_crossing-000", "t_junction-000", "cut_in-000"])  # fmt: skip
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        "parked_blocking-000",
+        "overtake-000",
+        "unprotected_left-000",
+        "pedestrian_crossing-000",
+        "t_junction-000",
+        "cut_in-000",
+    ],
+)
 def test_expert_solves_the_hard_families(scenario):
     metrics, _, _ = run({"bank": "smoke"}, "expert", scenario)
     assert metrics["suites"]["success"]["score"] == 100.0, metrics["infractions"]
@@ -117,8 +129,9 @@ def test_sb3_policies_load_without_pickle(tmp_path):
 
     for env_id, name in (("LoopDriveControl-v0", "control"), ("LoopDriveState-v0", "trajectory")):
         env = gym.make(env_id, bank="smoke", scenario="curve-000")
-        model = PPO("MultiInputPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0,
-                    policy_kwargs={"net_arch": [16, 16]})  # fmt: skip
+        model = PPO(
+            "MultiInputPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, policy_kwargs={"net_arch": [16, 16]}
+        )
         model.learn(32)
         model.save(tmp_path / name)
         agent = load_agent(f"sb3:{tmp_path / name}.zip")
@@ -137,8 +150,11 @@ def test_sb3_policies_load_without_pickle(tmp_path):
     np.testing.assert_allclose(straight[:, 0], 10.0 * np.arange(1, 65) * 0.1, rtol=1e-5)
     assert np.abs(straight[:, 1:]).max() == 0.0
 
-    custom = PPO("MultiInputPolicy", gym.make("LoopDriveControl-v0", bank="smoke"),
-                 policy_kwargs={"activation_fn": torch.nn.ReLU})  # fmt: skip
+    custom = PPO(
+        "MultiInputPolicy",
+        gym.make("LoopDriveControl-v0", bank="smoke"),
+        policy_kwargs={"activation_fn": torch.nn.ReLU},
+    )
     custom.save(tmp_path / "custom")
     with pytest.raises(AgentSpecError, match="only pickle can restore"):
         load_agent(f"sb3:{tmp_path / 'custom'}.zip")

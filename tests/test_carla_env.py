@@ -30,8 +30,14 @@ class NoWait(RetryPolicy):
 
 
 def make(server: FakeCarlaServer, **kwargs) -> CarlaDriveEnv:
-    kwargs = {"bank": "smoke", "scenario": "straight-000", "camera_size": (32, 64), "n_frames": 2,
-              "carla_retry": NO_WAIT, "session_factory": server.session} | kwargs  # fmt: skip
+    kwargs = {
+        "bank": "smoke",
+        "scenario": "straight-000",
+        "camera_size": (32, 64),
+        "n_frames": 2,
+        "carla_retry": NO_WAIT,
+        "session_factory": server.session,
+    } | kwargs
     return gym.make("LoopDrive-v0", backend="carla", **kwargs).unwrapped
 
 
@@ -182,8 +188,16 @@ def test_loopdrive_eval_on_carla_retries_a_lost_server_and_records_what_stays_lo
     monkeypatch.setattr("envs.backends.carla_env.open_session", server.session)
     monkeypatch.setattr("envs.backends.carla_env.RetryPolicy", NoWait)
     server.crash_at_frame = 100  # the first episode loses the server once, mid-episode: rerun
-    config = load_eval_config(None, bank="smoke", agent="constant_velocity", backend="carla", camera_size=(32, 64),
-                              n_frames=2, scenarios=["straight-000", "curve-000"], video=True)  # fmt: skip
+    config = load_eval_config(
+        None,
+        bank="smoke",
+        agent="constant_velocity",
+        backend="carla",
+        camera_size=(32, 64),
+        n_frames=2,
+        scenarios=["straight-000", "curve-000"],
+        video=True,
+    )
     summary = evaluate(config, tmp_path / "ok")
     records = [json.loads(line) for line in (tmp_path / "ok" / "episodes.jsonl").read_text().splitlines()]
     assert [r["status"] for r in records] == ["ok", "ok"] and [r["attempts"] for r in records] == [2, 1]
@@ -211,10 +225,26 @@ def test_loopdrive_eval_backend_carla_from_the_command_line(tmp_path, monkeypatc
 
     server = FakeCarlaServer()
     seen = []
-    monkeypatch.setattr("envs.backends.carla_env.open_session", lambda *address: seen.append(address) or
-                        server.session(*address))  # fmt: skip
-    code = main(["eval", "--backend", "carla", "--carla-host", "carla.example", "--carla-port", "2100",
-                 "--agent", "stop", "--scenarios", "straight-000", "--out", str(tmp_path)])  # fmt: skip
+    monkeypatch.setattr(
+        "envs.backends.carla_env.open_session", lambda *address: seen.append(address) or server.session(*address)
+    )
+    code = main(
+        [
+            "eval",
+            "--backend",
+            "carla",
+            "--carla-host",
+            "carla.example",
+            "--carla-port",
+            "2100",
+            "--agent",
+            "stop",
+            "--scenarios",
+            "straight-000",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0 and seen[0][:2] == ("carla.example", 2100)
     assert json.loads((tmp_path / "config.json").read_text())["backend"] == "carla"
     assert "driving score" in capsys.readouterr().out
@@ -227,8 +257,15 @@ def test_the_real_session_code_runs_end_to_end_on_a_stand_in_carla_module(monkey
 
     carla = carla_module_fake.module()
     monkeypatch.setitem(sys.modules, "carla", carla)
-    env = gym.make("LoopDrive-v0", backend="carla", bank="smoke", scenario="straight-000", camera_size=(32, 64),
-                   n_frames=2, carla_retry=NO_WAIT).unwrapped  # fmt: skip
+    env = gym.make(
+        "LoopDrive-v0",
+        backend="carla",
+        bank="smoke",
+        scenario="straight-000",
+        camera_size=(32, 64),
+        n_frames=2,
+        carla_retry=NO_WAIT,
+    ).unwrapped
     obs, _ = env.reset(seed=0)
     server = carla.Client.world
     assert server.settings.synchronous_mode and server.settings.fixed_delta_seconds == 0.05

@@ -43,8 +43,15 @@ def test_loopdrive_v0_drives_an_episode_on_carla_and_cleans_up():
     from tests.carla_fake import follow_route
 
     port = int(os.environ.get("LOOPDRIVE_CARLA_PORT", 2000))
-    env = gym.make("LoopDrive-v0", backend="carla", bank="smoke", scenario="straight-000", carla_host=HOST,
-                   carla_port=port, camera_size=(64, 128)).unwrapped  # fmt: skip
+    env = gym.make(
+        "LoopDrive-v0",
+        backend="carla",
+        bank="smoke",
+        scenario="straight-000",
+        carla_host=HOST,
+        carla_port=port,
+        camera_size=(64, 128),
+    ).unwrapped
     try:
         obs, _ = env.reset(seed=0)
         assert env.observation_space.contains(obs)

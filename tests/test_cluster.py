@@ -47,16 +47,27 @@ def cluster(tmp_path_factory):
     address = f"127.0.0.1:{port}"
     temp = tmp_path_factory.mktemp("ray")
     common = ["--num-cpus=1", "--disable-usage-stats", "--block"]
-    procs = [subprocess.Popen([str(RAY), "start", "--head", f"--port={port}", "--include-dashboard=false",
-                               f"--temp-dir={temp}", *common], env=ENV, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [str(RAY), "start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}", *common],
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
     try:
         deadline = time.monotonic() + 90
         while _nodes(address) < 1:
             assert time.monotonic() < deadline, "the head node did not come up"
             time.sleep(1)
-        procs.append(subprocess.Popen([str(RAY), "start", f"--address={address}", *common], env=ENV,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [str(RAY), "start", f"--address={address}", *common],
+                env=ENV,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         while _nodes(address) < 2:
             assert time.monotonic() < deadline, "the second node did not join"
             time.sleep(1)
@@ -79,8 +90,18 @@ def _run(args: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 def test_distributed_eval_across_two_nodes_matches_in_process(cluster, tmp_path):
-    base = [sys.executable, "-m", "loopdrive.cli", "eval", "--bank", "smoke", "--agent", "expert",
-            "--scenarios", "curve-000,lead_brake-000,cut_in-000,straight-000"]  # fmt: skip
+    base = [
+        sys.executable,
+        "-m",
+        "loopdrive.cli",
+        "eval",
+        "--bank",
+        "smoke",
+        "--agent",
+        "expert",
+        "--scenarios",
+        "curve-000,lead_brake-000,cut_in-000,straight-000",
+    ]
     _run([*base, "--out", str(tmp_path / "local")])
     _run([*base, "--workers", "2", "--ray-address", cluster, "--out", str(tmp_path / "cluster")])
     local = json.loads((tmp_path / "local" / "summary.json").read_text())
@@ -91,7 +112,7 @@ def test_distributed_eval_across_two_nodes_matches_in_process(cluster, tmp_path)
 
 SPREAD = """
 import ray, sys
-from training.rollouts import RolloutWorkers
+from training.rl.rollouts import RolloutWorkers
 ray.init(address=sys.argv[1], log_to_driver=False)
 w = RolloutWorkers({"bank": "smoke", "n_frames": 1, "image_size": [56, 112]}, {"path": sys.argv[2], "threads": 1}, 2)
 print(len(set(w.group.foreach_env_runner(lambda r: ray.get_runtime_context().get_node_id(), local_env_runner=False))))
@@ -106,10 +127,32 @@ def test_grpo_across_two_nodes_matches_a_single_machine_run(cluster, tmp_path):
     spread = _run([sys.executable, "-c", SPREAD, cluster, str(tmp_path / "vla")])
     assert spread.stdout.strip().splitlines()[-1] == "2"  # one env runner on each node
 
-    sets = ["--set", "algorithm=\"grpo\"", "--set", f"init_from=\"{tmp_path / 'vla'}\"", "--set", "data.collect=false",
-            "--set", "data.n_frames=1", "--set", "rl.bank=\"smoke\"", "--set", "rl.split=\"all\"",
-            "--set", "rl.scenarios=[\"lead_brake-000\"]", "--set", "rl.iterations=1", "--set", "rl.groups_per_iter=2",
-            "--set", "rl.group_size=2", "--set", "rl.env_runners=2", "--set", "eval.final=false"]  # fmt: skip
+    sets = [
+        "--set",
+        'algorithm="grpo"',
+        "--set",
+        f'init_from="{tmp_path / "vla"}"',
+        "--set",
+        "data.collect=false",
+        "--set",
+        "data.n_frames=1",
+        "--set",
+        'rl.bank="smoke"',
+        "--set",
+        'rl.split="all"',
+        "--set",
+        'rl.scenarios=["lead_brake-000"]',
+        "--set",
+        "rl.iterations=1",
+        "--set",
+        "rl.groups_per_iter=2",
+        "--set",
+        "rl.group_size=2",
+        "--set",
+        "rl.env_runners=2",
+        "--set",
+        "eval.final=false",
+    ]
     recipe = tmp_path / "r.toml"
     recipe.write_text("seed = 5\n")
     cmd = [sys.executable, "training/run.py", "--config", str(recipe), *sets]

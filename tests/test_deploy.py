@@ -59,8 +59,9 @@ def test_the_image_pins_the_cpu_torch_first():
     reason="the docker compose plugin is not installed here (the structural checks above still ran)",
 )
 def test_docker_compose_config_validates():
-    out = subprocess.run(["docker", "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        ["docker", "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
 
 

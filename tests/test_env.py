@@ -107,10 +107,13 @@ def test_user_reward_by_import_path(tmp_path, monkeypatch):
         gym.make("LoopDrive-v0", observations=("state",), rewards={"progres": 1.0})
 
 
-@pytest.mark.parametrize("bad,match", [
-    (np.full((64, 3), np.nan, np.float32), "non-finite values"),
-    (np.zeros((10, 3), np.float32), r"shape \(64, 3\)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (np.full((64, 3), np.nan, np.float32), "non-finite values"),
+        (np.zeros((10, 3), np.float32), r"shape \(64, 3\)"),
+    ],
+)
 def test_bad_actions_raise_clearly_and_never_touch_the_world(bad, match):
     env = gym.make("LoopDrive-v0", observations=("state",), scenario="straight-000")
     env.reset(seed=0)
@@ -212,8 +215,12 @@ def test_ttc_and_expert_terms_through_the_env(empty_straight):
         empty_straight.model_dump(mode="json")
         | {"actors": [{"id": "parked", "lane": ego.lane, "s": ego.s + 40, "behaviour": {"type": "static"}}]}
     )
-    env = gym.make("LoopDrive-v0", scenario=scn, observations=("state",),
-                   rewards={"ttc": -1.0, "ade_expert": -0.1, "collision": -10.0})  # fmt: skip
+    env = gym.make(
+        "LoopDrive-v0",
+        scenario=scn,
+        observations=("state",),
+        rewards={"ttc": -1.0, "ade_expert": -0.1, "collision": -10.0},
+    )
     env.reset(seed=0)
     from tests.helpers import route_plan
 

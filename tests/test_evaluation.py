@@ -54,8 +54,20 @@ def test_eval_writes_journal_summary_and_report(expert_run):
     lines = (out / "episodes.jsonl").read_text().splitlines()
     assert len(lines) == 4
     rec = json.loads(lines[0])
-    for key in ("scenario", "seed", "family", "tags", "status", "suites", "infractions", "reward_returns",
-                "reasoning", "wall_s", "trace", "timing"):  # fmt: skip
+    for key in (
+        "scenario",
+        "seed",
+        "family",
+        "tags",
+        "status",
+        "suites",
+        "infractions",
+        "reward_returns",
+        "reasoning",
+        "wall_s",
+        "trace",
+        "timing",
+    ):
         assert key in rec, key
     assert rec["reasoning"] and rec["reasoning"][0]["text"]
     assert json.loads((out / "summary.json").read_text())["episodes"]["ok"] == 4
@@ -65,8 +77,20 @@ def test_eval_writes_journal_summary_and_report(expert_run):
 def test_resume_after_kill_9_gives_the_same_summary(expert_run, tmp_path):
     reference, _ = expert_run
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "loopdrive.cli", "eval", "--bank", "smoke", "--agent", "expert", "--out", str(out),
-           "--scenarios", ",".join(FEW)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "loopdrive.cli",
+        "eval",
+        "--bank",
+        "smoke",
+        "--agent",
+        "expert",
+        "--out",
+        str(out),
+        "--scenarios",
+        ",".join(FEW),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     journal = out / "episodes.jsonl"
     deadline = time.time() + 120
@@ -108,8 +132,13 @@ def test_a_hanging_agent_times_out(tmp_path):
 
 
 def test_rig_ablation_and_seeds(tmp_path):
-    cfg = EvalConfig(bank="smoke", agent="plugin_agents:NoisyExpert", scenarios=["curve-000", "s_bend-000"],
-                     rigs=["alpamayo4", "front_only"], seeds=2)  # fmt: skip
+    cfg = EvalConfig(
+        bank="smoke",
+        agent="plugin_agents:NoisyExpert",
+        scenarios=["curve-000", "s_bend-000"],
+        rigs=["alpamayo4", "front_only"],
+        seeds=2,
+    )
     s = evaluate(cfg, tmp_path, progress=False)
     assert s["episodes"]["total"] == 8
     assert set(s["rig_ablation"]) == {"alpamayo4", "front_only"}
@@ -151,8 +180,9 @@ def test_regress_exit_codes(expert_run, tmp_path, capsys):
 
     worse = tmp_path / "worse"
     evaluate(EvalConfig(bank="smoke", agent="stop", scenarios=FEW), worse, progress=False)
-    assert main(["regress", "--baseline", str(base), "--candidate", str(worse), "--test", "sign",
-                 "--alpha", "0.1"]) == 1  # fmt: skip
+    assert (
+        main(["regress", "--baseline", str(base), "--candidate", str(worse), "--test", "sign", "--alpha", "0.1"]) == 1
+    )
     out = capsys.readouterr().out
     assert "REGRESSION" in out and "curve-000" in out
     assert (worse / "regress" / "regress.html").exists() and (worse / "regress" / "regress.md").exists()
@@ -193,8 +223,13 @@ def test_paired_tests():
 def test_summary_is_independent_of_record_order(expert_run):
     out, s = expert_run
     records = list(Journal(out / "episodes.jsonl").records.values())
-    meta = {"bank": s["bank"], "agent": s["agent"], "expected": 4, "git": s["provenance"]["git"],
-            "config": s["provenance"]["config"]}  # fmt: skip
+    meta = {
+        "bank": s["bank"],
+        "agent": s["agent"],
+        "expected": 4,
+        "git": s["provenance"]["git"],
+        "config": s["provenance"]["config"],
+    }
     assert summarize(records, meta) == summarize(records[::-1], meta)
 
 
@@ -223,10 +258,21 @@ def test_a_run_folder_refuses_a_different_setup(expert_run, capsys):
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine (make test installs Debian's chromium)")
 def test_report_renders_in_headless_chromium(expert_run, tmp_path):
     out, _ = expert_run
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
-           (out / "report.html").resolve().as_uri()]  # fmt: skip
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        (out / "report.html").resolve().as_uri(),
+    ]
     dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
     assert 'data-ready="1"' in dom, "the page's script did not finish"
     assert "data-error" not in dom

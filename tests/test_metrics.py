@@ -12,15 +12,32 @@ from rewards.metrics import alpasim, comfort, leaderboard, pdms, success
 
 
 def ego(**kw) -> EgoState:
-    base = dict(t=0.0, x=0.0, y=0.0, yaw=0.0, speed=10.0, accel=0.0, yaw_rate=0.0, steer=0.0, route_progress=0.0,
-                route_completion=0.0, lateral=0.0, heading_error=0.0, speed_limit=13.9, offroad=False,
-                wrong_way=False, off_route_lanes=False)  # fmt: skip
+    base = dict(
+        t=0.0,
+        x=0.0,
+        y=0.0,
+        yaw=0.0,
+        speed=10.0,
+        accel=0.0,
+        yaw_rate=0.0,
+        steer=0.0,
+        route_progress=0.0,
+        route_completion=0.0,
+        lateral=0.0,
+        heading_error=0.0,
+        speed_limit=13.9,
+        offroad=False,
+        wrong_way=False,
+        off_route_lanes=False,
+    )
     return EgoState(**(base | kw))
 
 
 def track(completion: float, n: int = 50, speed: float = 10.0, accel: float = 0.0) -> list[EgoState]:
-    return [ego(t=0.1 * k, x=speed * 0.1 * k, speed=speed, accel=accel, route_completion=completion * k / (n - 1))
-            for k in range(n)]  # fmt: skip
+    return [
+        ego(t=0.1 * k, x=speed * 0.1 * k, speed=speed, accel=accel, route_completion=completion * k / (n - 1))
+        for k in range(n)
+    ]
 
 
 def collision(kind, at_fault=True):
@@ -88,30 +105,33 @@ def T(prev=None, state=None, events=(), action=None, reference=None):
     return Transition(prev or ego(), action, state or ego(), list(events), 0.1, None, reference)
 
 
-@pytest.mark.parametrize("name,transition,expected", [
-    ("progress", T(ego(route_progress=10.0), ego(route_progress=11.2)), 1.2),
-    ("progress", T(ego(route_progress=10.0), ego(route_progress=9.0)), 0.0),
-    ("collision", T(events=[collision("vehicle"), collision("static", False)]), 1.0),
-    ("collision_pedestrian", T(events=[collision("pedestrian"), collision("vehicle")]), 1.0),
-    ("collision_static", T(events=[collision("static")]), 1.0),
-    ("collision_vehicle", T(events=[collision("static")]), 0.0),
-    ("offroad", T(state=ego(offroad=True)), 1.0),
-    ("red_light", T(events=[Event(EventKind.RED_LIGHT, 0)]), 1.0),
-    ("stop_sign", T(events=[Event(EventKind.STOP_SIGN, 0)]), 1.0),
-    ("wrong_way", T(state=ego(wrong_way=True)), 1.0),
-    ("speeding", T(state=ego(speed=16.9, speed_limit=13.9)), 3.0),
-    ("speeding", T(state=ego(speed=10.0)), 0.0),
-    ("ttc", T(state=ego(ttc=0.5)), 1.0),
-    ("ttc", T(state=ego(ttc=3.0)), 0.0),
-    ("lane_centering", T(state=ego(lateral=-0.7)), 0.7),
-    ("lane_keeping", T(state=ego(off_route_lanes=True)), 1.0),
-    ("comfort", T(ego(accel=0.0), ego(accel=0.0)), 0.0),
-    ("comfort", T(ego(accel=0.0), ego(accel=-6.0)), 3 / 6),  # lon accel, jerk and lon jerk bounds broken
-    ("blocked", T(state=ego(speed=0.0)), 1.0),
-    ("blocked", T(state=ego(speed=0.0, stop_ahead=3.0)), 0.0),
-    ("min_speed", T(state=ego(speed=3.475, speed_limit=13.9)), 0.5),
-    ("route_complete", T(events=[Event(EventKind.ROUTE_COMPLETE, 0)]), 1.0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,transition,expected",
+    [
+        ("progress", T(ego(route_progress=10.0), ego(route_progress=11.2)), 1.2),
+        ("progress", T(ego(route_progress=10.0), ego(route_progress=9.0)), 0.0),
+        ("collision", T(events=[collision("vehicle"), collision("static", False)]), 1.0),
+        ("collision_pedestrian", T(events=[collision("pedestrian"), collision("vehicle")]), 1.0),
+        ("collision_static", T(events=[collision("static")]), 1.0),
+        ("collision_vehicle", T(events=[collision("static")]), 0.0),
+        ("offroad", T(state=ego(offroad=True)), 1.0),
+        ("red_light", T(events=[Event(EventKind.RED_LIGHT, 0)]), 1.0),
+        ("stop_sign", T(events=[Event(EventKind.STOP_SIGN, 0)]), 1.0),
+        ("wrong_way", T(state=ego(wrong_way=True)), 1.0),
+        ("speeding", T(state=ego(speed=16.9, speed_limit=13.9)), 3.0),
+        ("speeding", T(state=ego(speed=10.0)), 0.0),
+        ("ttc", T(state=ego(ttc=0.5)), 1.0),
+        ("ttc", T(state=ego(ttc=3.0)), 0.0),
+        ("lane_centering", T(state=ego(lateral=-0.7)), 0.7),
+        ("lane_keeping", T(state=ego(off_route_lanes=True)), 1.0),
+        ("comfort", T(ego(accel=0.0), ego(accel=0.0)), 0.0),
+        ("comfort", T(ego(accel=0.0), ego(accel=-6.0)), 3 / 6),  # lon accel, jerk and lon jerk bounds broken
+        ("blocked", T(state=ego(speed=0.0)), 1.0),
+        ("blocked", T(state=ego(speed=0.0, stop_ahead=3.0)), 0.0),
+        ("min_speed", T(state=ego(speed=3.475, speed_limit=13.9)), 0.5),
+        ("route_complete", T(events=[Event(EventKind.ROUTE_COMPLETE, 0)]), 1.0),
+    ],
+)
 def test_term_values(name, transition, expected):
     assert REWARD_TERMS[name](transition) == pytest.approx(expected)
 

@@ -35,8 +35,14 @@ def test_constant_speed_straight_is_keep_speed_keep_lane(v, sigma, seed):
 
 
 @settings(max_examples=25, deadline=None)
-@given(v=st.floats(6, 20), width=st.floats(3.0, 4.0), dur=st.floats(3.0, 5.0), left=st.booleans(),
-       sigma=st.floats(0, 0.02), seed=st.integers(0, 10**6))  # fmt: skip
+@given(
+    v=st.floats(6, 20),
+    width=st.floats(3.0, 4.0),
+    dur=st.floats(3.0, 5.0),
+    left=st.booleans(),
+    sigma=st.floats(0, 0.02),
+    seed=st.integers(0, 10**6),
+)
 def test_lane_changes_are_found_on_either_side(v, width, dur, left, sigma, seed):
     phase = np.clip((T - 1.5) / dur, 0, 1)
     y = (1 if left else -1) * width * (0.5 - 0.5 * np.cos(np.pi * phase))
@@ -106,8 +112,11 @@ def test_scene_facts_see_signals_leads_pedestrians_and_curves(smoke):
     assert facts.signal_ahead["state"] == "red" and {"red_light", "traffic_light", "junction"} <= facts.causes
     lead = World(smoke.get("lead_brake-000"))
     assert scene_facts(lead).lead_vehicle["id"] == "lead"
-    curve = World(make_scenario("curve", {"radius": 20.0, "angle": 120.0, "direction": "left", "speed_limit": 13.9,
-                                          "density": 0.0}, 0, "c"))  # fmt: skip
+    curve = World(
+        make_scenario(
+            "curve", {"radius": 20.0, "angle": 120.0, "direction": "left", "speed_limit": 13.9, "density": 0.0}, 0, "c"
+        )
+    )
     for _ in range(30):
         curve.step(0.0, 0.0)
     assert scene_facts(curve).curvature_ahead > 0.02 and "curve" in scene_facts(curve).causes
@@ -120,19 +129,31 @@ def test_scene_facts_see_signals_leads_pedestrians_and_curves(smoke):
 
 # --- critics --------------------------------------------------------------------------------------------------
 CASES = [  # (text consistent with the drive, inconsistent text, executed actions, scene causes)
-    ("Red light ahead at 18 m, so I decelerate and stop at the stop line.",
-     "The light is green, so I accelerate through the intersection.",
-     {"decelerate", "stop", "keep_lane"}, {"red_light", "traffic_light", "junction"}),
-    ("A parked car blocks my lane; oncoming lane is clear, so I nudge left around it and keep my speed.",
-     "A pedestrian is crossing, so I come to a full stop.",
-     {"nudge_left", "keep_speed"}, {"blocked_lane", "stopped_vehicle", "lead_vehicle"}),
-    ("The lead vehicle brakes hard, so I brake to keep a safe gap.",
-     "The road ahead is empty, so I speed up and change lanes to the right.",
-     {"decelerate", "keep_lane"}, {"lead_vehicle"}),
-    ("Slow lead vehicle ahead; I change lanes to the left to overtake it.",
-     "I turn right at the junction because of the stop sign.",
-     {"lane_change_left", "keep_speed"}, {"lead_vehicle"}),
-]  # fmt: skip
+    (
+        "Red light ahead at 18 m, so I decelerate and stop at the stop line.",
+        "The light is green, so I accelerate through the intersection.",
+        {"decelerate", "stop", "keep_lane"},
+        {"red_light", "traffic_light", "junction"},
+    ),
+    (
+        "A parked car blocks my lane; oncoming lane is clear, so I nudge left around it and keep my speed.",
+        "A pedestrian is crossing, so I come to a full stop.",
+        {"nudge_left", "keep_speed"},
+        {"blocked_lane", "stopped_vehicle", "lead_vehicle"},
+    ),
+    (
+        "The lead vehicle brakes hard, so I brake to keep a safe gap.",
+        "The road ahead is empty, so I speed up and change lanes to the right.",
+        {"decelerate", "keep_lane"},
+        {"lead_vehicle"},
+    ),
+    (
+        "Slow lead vehicle ahead; I change lanes to the left to overtake it.",
+        "I turn right at the junction because of the stop sign.",
+        {"lane_change_left", "keep_speed"},
+        {"lead_vehicle"},
+    ),
+]
 
 
 @pytest.mark.parametrize("good,bad,executed,causes", CASES)
@@ -200,8 +221,10 @@ def fake_llm():
 
 def test_http_critic_retries_batches_caches_and_falls_back(fake_llm):
     critic = make_critic(fake_llm, token="s3cret", backoff=0.01)
-    items = [("I decelerate for the red light.", {"decelerate"}, {"red_light"}),
-             ("I accelerate.", {"accelerate"}, set())]  # fmt: skip
+    items = [
+        ("I decelerate for the red light.", {"decelerate"}, {"red_light"}),
+        ("I accelerate.", {"accelerate"}, set()),
+    ]
     a, b = critic.score_batch(items)
     assert (a.behaviour, a.grounding) == pytest.approx((0.9, 0.8)) and a.details["parsed"]
     assert b.details["parsed"] is False and b.behaviour == 1.0  # unparseable -> rules critic
@@ -225,17 +248,26 @@ def test_hf_critic_with_a_tiny_local_model(tmp_path):
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     corpus = ["behaviour: 7, grounding: 9", "I decelerate for the red light and stop.", "Executed actions: stop"] * 20
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<unk>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>", pad_token="<eos>")
     fast.save_pretrained(tmp_path)
-    cfg = Qwen2Config(vocab_size=fast.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512)  # fmt: skip
+    cfg = Qwen2Config(
+        vocab_size=fast.vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+    )
     Qwen2ForCausalLM(cfg).save_pretrained(tmp_path)
     critic = make_critic(f"hf:{tmp_path}", max_new_tokens=8)
-    scores = critic.score_batch([("I stop for the red light.", {"stop"}, {"red_light"}),
-                                 ("I accelerate.", {"stop"}, set())])  # fmt: skip
+    scores = critic.score_batch(
+        [("I stop for the red light.", {"stop"}, {"red_light"}), ("I accelerate.", {"stop"}, set())]
+    )
     assert len(scores) == 2
     for s in scores:  # a random model answers gibberish: parsed or not, scores stay in [0, 1]
         assert 0.0 <= s.behaviour <= 1.0 and 0.0 <= s.grounding <= 1.0 and "parsed" in s.details

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rewards.events import Event, EventKind
-from training.rl_losses import (
+from training.rl.losses import (
     ClipConfig,
     clipped_loss,
     group_advantages,
@@ -79,8 +79,9 @@ def test_gspo_uses_one_ratio_per_sequence():
 
 
 def test_aipo_truncates_the_ratio():
-    loss, _ = policy_loss(torch.log(torch.tensor([3.0, 0.5])), torch.zeros(2), torch.tensor([1.0, 1.0]),
-                          ClipConfig(rho_max=2.0), "aipo")  # fmt: skip
+    loss, _ = policy_loss(
+        torch.log(torch.tensor([3.0, 0.5])), torch.zeros(2), torch.tensor([1.0, 1.0]), ClipConfig(rho_max=2.0), "aipo"
+    )
     assert float(loss) == pytest.approx(-(2.0 + 0.5) / 2)
 
 
@@ -110,8 +111,8 @@ def test_step_level_branching_gives_distinct_continuations_from_one_snapshot(tmp
     from ray.rllib.core.columns import Columns
 
     from agents.vla.model import VLA, VLAConfig
-    from training.rl_env import RLDriveEnv
-    from training.rl_module import CHAIN, VLAModule
+    from training.rl.env import RLDriveEnv
+    from training.rl.module import CHAIN, VLAModule
 
     VLA(VLAConfig(size="tiny")).save_pretrained(tmp_path / "vla")
     env = RLDriveEnv({"bank": "smoke", "n_frames": 1, "image_size": [56, 112]})
@@ -123,8 +124,11 @@ def test_step_level_branching_gives_distinct_continuations_from_one_snapshot(tmp
     for _ in range(3):
         obs, *_ = env.step(straight)
     snap = env.snapshot()
-    module = VLAModule(observation_space=env.observation_space, action_space=env.action_space,
-                       model_config={"path": str(tmp_path / "vla"), "noise_level": 0.8})  # fmt: skip
+    module = VLAModule(
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        model_config={"path": str(tmp_path / "vla"), "noise_level": 0.8},
+    )
     batch = {Columns.OBS: {k: torch.from_numpy(np.stack([np.asarray(obs[k])] * 3)) for k in obs}}
     out = module.forward_exploration(batch)
     ends, firsts = [], []
@@ -167,15 +171,28 @@ def tiny_vla(tmp_path_factory):
 
 
 def _rl_recipe(algorithm: str, init: Path, data: dict | None = None, **rl):
-    from training.config import recipe_from_dict
+    from training.recipes import recipe_from_dict
 
-    base = {"iterations": 1, "bank": "smoke", "split": None, "scenarios": ["lead_brake-000"], "groups_per_iter": 1,
-            "group_size": 2, "minibatch": 16, "batch_steps": 40, "threads": 1}  # fmt: skip
-    return recipe_from_dict({
-        "algorithm": algorithm, "seed": 1, "init_from": str(init),
-        "data": {"collect": False, "n_frames": 1} | (data or {}),
-        "rl": base | rl, "eval": {"final": False}, "checkpoint": {"every": 1, "keep_last": 3},
-    })  # fmt: skip
+    base = {
+        "iterations": 1,
+        "bank": "smoke",
+        "split": None,
+        "scenarios": ["lead_brake-000"],
+        "minibatch": 16,
+        "threads": 1,
+    }
+    base |= {"groups_per_iter": 1, "group_size": 2} if algorithm == "grpo" else {"batch_steps": 40}
+    return recipe_from_dict(
+        {
+            "algorithm": algorithm,
+            "seed": 1,
+            "init_from": str(init),
+            "data": {"collect": False, "n_frames": 1} | (data or {}),
+            "rl": base | rl,
+            "eval": {"final": False},
+            "checkpoint": {"every": 1, "keep_last": 3},
+        }
+    )
 
 
 def test_grpo_one_iteration_end_to_end(ray_local, tiny_vla, tmp_path):
@@ -188,8 +205,10 @@ def test_grpo_one_iteration_end_to_end(ray_local, tiny_vla, tmp_path):
     assert {"reward/score", "clip_fraction", "loss/policy", "reward_terms/progress"} <= set(lines[-1])
     assert (tmp_path / "run" / "curves.png").exists()
     before, after = VLA.from_pretrained(tiny_vla), VLA.from_pretrained(result["final"])
-    moved = [not torch.equal(a, b) for (_, a), (_, b) in zip(before.expert.state_dict().items(),
-                                                              after.expert.state_dict().items())]  # fmt: skip
+    moved = [
+        not torch.equal(a, b)
+        for (_, a), (_, b) in zip(before.expert.state_dict().items(), after.expert.state_dict().items())
+    ]
     assert any(moved)  # the flow head learned ...
     frozen = zip(before.backbone.parameters(), after.backbone.parameters())
     assert all(torch.equal(a, b) for a, b in frozen)  # ... alone
@@ -225,16 +244,19 @@ def test_ppo_one_iteration_end_to_end_on_rllib(ray_local, tiny_vla, tmp_path):
 
 def test_sb3_ppo_baseline_trains_resumes_and_loads_as_an_agent(tmp_path):
     from agents import load_agent
-    from training.config import recipe_from_dict
+    from training.recipes import recipe_from_dict
     from training.run import train
 
     def recipe(**sb3):
-        return recipe_from_dict({
-            "algorithm": "ppo_sb3", "seed": 0,
-            "rl": {"bank": "smoke", "split": None, "scenarios": ["curve-000"]},
-            "sb3": {"timesteps": 64, "n_steps": 16, "batch_size": 16, "n_envs": 2, "net_arch": [16]} | sb3,
-            "eval": {"final": False},
-        })  # fmt: skip
+        return recipe_from_dict(
+            {
+                "algorithm": "ppo_sb3",
+                "seed": 0,
+                "rl": {"bank": "smoke", "split": None, "scenarios": ["curve-000"]},
+                "sb3": {"timesteps": 64, "n_steps": 16, "batch_size": 16, "n_envs": 2, "net_arch": [16]} | sb3,
+                "eval": {"final": False},
+            }
+        )
 
     first = train(recipe(), tmp_path / "run", progress=False)
     assert first["timesteps"] == 64
@@ -267,8 +289,18 @@ def test_grpo_step_level_with_reasoning_and_the_consistency_reward(ray_local, ti
     from agents.vla.model import VLA
     from training.run import train
 
-    recipe = _rl_recipe("grpo", tiny_vla, level="step", branch_horizon=2, score="return", group_size=3, reasoning=True,
-                        consistency_weight=1.0, train="both", lr=1e-3)  # fmt: skip
+    recipe = _rl_recipe(
+        "grpo",
+        tiny_vla,
+        level="step",
+        branch_horizon=2,
+        score="return",
+        group_size=3,
+        reasoning=True,
+        consistency_weight=1.0,
+        train="both",
+        lr=1e-3,
+    )
     result = train(recipe, tmp_path / "run", progress=False)
     assert result["iteration"] == 1
     assert 0.0 <= result["reward/consistency"] <= 1.0  # scored on the env runner by the rules critic
@@ -283,7 +315,7 @@ def test_a_killed_env_runner_is_restarted_and_its_rollouts_redone(ray_local, tin
     import threading
     import time
 
-    from training.rollouts import RolloutWorkers, Task
+    from training.rl.rollouts import RolloutWorkers, Task
 
     env_config = {"bank": "smoke", "n_frames": 1, "image_size": [56, 112]}
     workers = RolloutWorkers(env_config, {"path": str(tiny_vla), "threads": 1}, num_env_runners=1)
@@ -318,29 +350,36 @@ def test_ppo_baseline_modules_on_rllib(ray_local, tmp_path, policy):
     result = train(recipe, tmp_path / "run", progress=False)
     assert result["iteration"] == 1 and result["env_steps"] >= 64 and "learner/vf_loss" in result
     assert Path(result["final"]).exists()
-    again = train(recipe.model_copy(update={"rl": recipe.rl.model_copy(update={"iterations": 2})}), tmp_path / "run",
-                  resume=True, progress=False)  # fmt: skip
+    again = train(
+        recipe.model_copy(update={"rl": recipe.rl.model_copy(update={"iterations": 2})}),
+        tmp_path / "run",
+        resume=True,
+        progress=False,
+    )
     assert again["iteration"] == 2
 
 
 def test_grpo_with_a_behaviour_cloning_anchor_on_the_sft_data(ray_local, tiny_vla, tmp_path):
-    from training.data import CollectConfig, collect
+    from training.data import CollectSettings, collect
     from training.run import train
 
     data = tmp_path / "demo.zarr"
-    collect(CollectConfig(bank="smoke", split=None, scenarios=["lead_brake-000"], n_frames=1, chunk=16), data,
-            progress=False)  # fmt: skip
+    collect(
+        CollectSettings(bank="smoke", split=None, scenarios=["lead_brake-000"], n_frames=1, chunk=16),
+        data,
+        progress=False,
+    )
     recipe = _rl_recipe("grpo", tiny_vla, data={"path": str(data)}, bc_weight=1.0, bc_batch=4)
     result = train(recipe, tmp_path / "run", progress=False)
     assert result["loss/bc"] > 0  # the flow-matching loss on demonstrations joined the policy gradient
 
 
 def test_step_level_branches_scored_by_the_driving_score_run_to_the_episode_end(ray_local, tiny_vla):
-    from training.config import recipe_from_dict
-    from training.grpo import branch_length, score_of
-    from training.rollouts import RolloutWorkers, Task
+    from training.recipes import recipe_from_dict
+    from training.rl.grpo import branch_length, score_of
+    from training.rl.rollouts import RolloutWorkers, Task
 
-    rl = recipe_from_dict({"rl": {"level": "step", "score": "driving_score"}}).rl
+    rl = recipe_from_dict({"algorithm": "grpo", "rl": {"level": "step", "score": "driving_score"}}).rl
     assert branch_length(rl) > 1000 and branch_length(rl.model_copy(update={"score": "return"})) == rl.branch_horizon
     workers = RolloutWorkers({"bank": "smoke", "n_frames": 1, "image_size": [56, 112]}, {"path": str(tiny_vla)}, 0)
     try:
@@ -355,13 +394,14 @@ def test_step_level_branches_scored_by_the_driving_score_run_to_the_episode_end(
 
 
 def test_step_level_branch_samples_its_first_decisions_and_keeps_each_one(ray_local, tiny_vla):
-    from training.grpo import samples_of
-    from training.rollouts import RolloutWorkers, Task
+    from training.rl.grpo import samples_of
+    from training.rl.rollouts import RolloutWorkers, Task
 
     workers = RolloutWorkers({"bank": "smoke", "n_frames": 1, "image_size": [56, 112]}, {"path": str(tiny_vla)}, 0)
     try:
-        tasks = [Task(uid=i, group=0, scenario="lead_brake-000", seed=2, branch_at=1, sampled_decisions=3)
-                 for i in range(2)]  # fmt: skip
+        tasks = [
+            Task(uid=i, group=0, scenario="lead_brake-000", seed=2, branch_at=1, sampled_decisions=3) for i in range(2)
+        ]
         rollouts = workers.run(tasks, {"__seed__": np.array(5)}, "step", horizon=5)
     finally:
         workers.stop()
@@ -427,7 +467,7 @@ class _ConstantPlan:
     ],
 )
 def test_branch_point_before_the_plans_first_infraction(fail_at, lookback, branch_at, expected, kind):
-    from training.rollouts import Task, _branch_point
+    from training.rl.rollouts import Task, _branch_point
 
     task = Task(uid=0, group=0, scenario="s", seed=0, branch_at=branch_at, failure_lookback=lookback)
     snap, obs, _, why = _branch_point(_ScriptedEnv(fail_at), _ConstantPlan(), task)
@@ -445,10 +485,11 @@ def test_branch_point_before_the_plans_first_infraction(fail_at, lookback, branc
     ],
 )
 def test_branch_point_at_a_stall(stall_from, stall_decisions, lookback, fail_at, expected, kind):
-    from training.rollouts import Task, _branch_point
+    from training.rl.rollouts import Task, _branch_point
 
-    task = Task(uid=0, group=0, scenario="s", seed=0, branch_at=1, failure_lookback=lookback,
-                stall_decisions=stall_decisions)  # fmt: skip
+    task = Task(
+        uid=0, group=0, scenario="s", seed=0, branch_at=1, failure_lookback=lookback, stall_decisions=stall_decisions
+    )
     snap, _, _, why = _branch_point(_ScriptedEnv(fail_at, stall_from=stall_from), _ConstantPlan(), task)
     assert snap == {"t": expected} and why == kind
 
@@ -462,12 +503,16 @@ class _RecordingPlan(_ConstantPlan):
     def forward_exploration(self, batch):
         from ray.rllib.core.columns import Columns
 
-        from training.rl_module import CHAIN, SMASK
+        from training.rl.module import CHAIN, SMASK
 
         n = len(next(iter(batch[Columns.OBS].values())))
         self.explored_with.append(self.noise_level)
-        return {Columns.ACTIONS: torch.zeros(n, 2), CHAIN: torch.zeros(n, 3, 64, 2), SMASK: torch.ones(n, 2),
-                Columns.ACTION_LOGP: torch.zeros(n)}  # fmt: skip
+        return {
+            Columns.ACTIONS: torch.zeros(n, 2),
+            CHAIN: torch.zeros(n, 3, 64, 2),
+            SMASK: torch.ones(n, 2),
+            Columns.ACTION_LOGP: torch.zeros(n),
+        }
 
 
 class _BranchingEnv(_ScriptedEnv):
@@ -484,13 +529,24 @@ class _BranchingEnv(_ScriptedEnv):
 def test_a_group_branched_at_a_stall_explores_with_the_stall_noise_level(monkeypatch, stall_from, fail_at, kind):
     from types import SimpleNamespace
 
-    from training import rollouts as ro
-    from training.grpo import samples_of
+    from training.rl import rollouts as ro
+    from training.rl.grpo import samples_of
 
     env, plan = _BranchingEnv(fail_at, length=12, stall_from=stall_from), _RecordingPlan()
     monkeypatch.setattr(ro, "_drive_env", lambda runner: env)
-    tasks = [ro.Task(uid=i, group=0, scenario="s", seed=0, failure_lookback=1, sampled_decisions=2, stall_decisions=2,
-                     stall_noise_level=(1.0, 0.5)) for i in range(3)]  # fmt: skip
+    tasks = [
+        ro.Task(
+            uid=i,
+            group=0,
+            scenario="s",
+            seed=0,
+            failure_lookback=1,
+            sampled_decisions=2,
+            stall_decisions=2,
+            stall_noise_level=(1.0, 0.5),
+        )
+        for i in range(3)
+    ]
     out = ro._branch_rollouts(SimpleNamespace(module=plan), tasks, horizon=4)
     stalled = kind == "stall"
     assert [r.branch for r in out] == [kind] * 3
@@ -502,17 +558,31 @@ def test_a_group_branched_at_a_stall_explores_with_the_stall_noise_level(monkeyp
         assert batch["noise"].tolist() == [[1.0, 0.5]] * 6
         out[0].noise_level = None  # a rollout that explored with the recipe's level, in the same batch
         assert samples_of(out, torch.zeros(3), noise_level=[0.0, 0.5])["noise"].tolist()[:3] == [
-            [0.0, 0.5], [0.0, 0.5], [1.0, 0.5]]  # fmt: skip
+            [0.0, 0.5],
+            [0.0, 0.5],
+            [1.0, 0.5],
+        ]
     else:
         assert "noise" not in batch
 
 
 def test_before_failure_tasks_draw_a_lookback_per_group():
-    from training.config import recipe_from_dict
-    from training.grpo import plan_tasks
+    from training.recipes import recipe_from_dict
+    from training.rl.grpo import plan_tasks
 
-    recipe = recipe_from_dict({"rl": {"level": "step", "branch": "before_failure", "failure_lookback": 3,
-                                      "groups_per_iter": 20, "group_size": 4, "stall_decisions": 4}})  # fmt: skip
+    recipe = recipe_from_dict(
+        {
+            "algorithm": "grpo",
+            "rl": {
+                "level": "step",
+                "branch": "before_failure",
+                "failure_lookback": 3,
+                "groups_per_iter": 20,
+                "group_size": 4,
+                "stall_decisions": 4,
+            },
+        }
+    )
     tasks = plan_tasks(recipe, [("a-000", 20.0), ("b-000", 30.0)], iteration=0)
     assert {t.stall_decisions for t in tasks} == {4}
     by_group: dict[int, set[int]] = {}
@@ -520,6 +590,9 @@ def test_before_failure_tasks_draw_a_lookback_per_group():
         by_group.setdefault(t.group, set()).add(t.failure_lookback)
     assert all(len(v) == 1 for v in by_group.values())  # a group shares its branch point
     assert {v.pop() for v in by_group.values()} == {1, 2, 3}
-    uniform = plan_tasks(recipe.model_copy(update={"rl": recipe.rl.model_copy(update={"branch": "uniform"})}),
-                         [("a-000", 20.0), ("b-000", 30.0)], iteration=0)  # fmt: skip
+    uniform = plan_tasks(
+        recipe.model_copy(update={"rl": recipe.rl.model_copy(update={"branch": "uniform"})}),
+        [("a-000", 20.0), ("b-000", 30.0)],
+        iteration=0,
+    )
     assert all(t.failure_lookback == 0 for t in uniform)

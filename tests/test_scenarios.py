@@ -25,9 +25,20 @@ from scenarios import (
 from scenarios.banks import BANKS_DIR
 
 REQUIRED_FAMILIES = {
-    "straight", "curve", "s_bend", "signalized_intersection", "unprotected_left", "t_junction", "highway_merge",
-    "overtake", "lead_brake", "cut_in", "pedestrian_crossing", "parked_blocking", "traffic_jam",
-}  # fmt: skip
+    "straight",
+    "curve",
+    "s_bend",
+    "signalized_intersection",
+    "unprotected_left",
+    "t_junction",
+    "highway_merge",
+    "overtake",
+    "lead_brake",
+    "cut_in",
+    "pedestrian_crossing",
+    "parked_blocking",
+    "traffic_jam",
+}
 
 
 def test_at_least_twelve_families_with_parameter_ranges():

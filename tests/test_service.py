@@ -46,10 +46,17 @@ def test_consistency_and_trajectory_rewards_round_trip(server):
     t = np.arange(0, 6.4, 0.1)
     x = np.where(t < 3, 8 * t - 4 / 3 * t**2, 12.0)
     traj = np.stack([x, 0 * t], 1).tolist()
-    good = client.compute("consistency", {"reasoning": "Red light ahead, I slow down and stop.", "trajectory": traj,
-                                          "causes": ["red_light", "traffic_light"]})  # fmt: skip
-    bad = client.compute("consistency", {"reasoning": "I accelerate past the pedestrian.", "trajectory": traj,
-                                         "causes": ["red_light"]})  # fmt: skip
+    good = client.compute(
+        "consistency",
+        {
+            "reasoning": "Red light ahead, I slow down and stop.",
+            "trajectory": traj,
+            "causes": ["red_light", "traffic_light"],
+        },
+    )
+    bad = client.compute(
+        "consistency", {"reasoning": "I accelerate past the pedestrian.", "trajectory": traj, "causes": ["red_light"]}
+    )
     assert good["overall"] > bad["overall"] and 0 <= bad["overall"] <= 1
     plan = np.stack([np.arange(1, 65) * 1.0, np.zeros(64), np.zeros(64)], 1).tolist()
     scores = client.compute("trajectory", {"plan": plan, "reference": plan})

@@ -12,17 +12,17 @@ from safetensors.torch import load_file
 
 from rewards.transition import EgoState
 from training import checkpoints as ckpt_mod
-from training.config import RecipeError, load_recipe, parse_override
-from training.data import CollectConfig, DrivingDataset, card_path, collect, future_in_ego_frame
-from training.labels import ConsistencyFilter, TemplateTeacher, label_meta_actions
+from training.data import CollectSettings, DrivingDataset, card_path, collect, future_in_ego_frame
+from training.data.labels import ConsistencyFilter, TemplateTeacher, label_meta_actions
+from training.recipes import RecipeError, load_recipe, parse_override
 from training.run import main as run_main
 
 SCENARIOS = ["lead_brake-000", "curve-000"]
 
 
-def _collect_cfg(**kw) -> CollectConfig:
+def _collect_cfg(**kw) -> CollectSettings:
     base = dict(bank="smoke", split=None, scenarios=SCENARIOS, n_frames=1, chunk=16, perturb_fraction=0.5)
-    return CollectConfig(**(base | kw))
+    return CollectSettings(**(base | kw))
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_dataset_round_trip_and_card(dataset):
 
 
 def test_collect_resumes_after_a_kill(dataset, tmp_path, monkeypatch):
-    from training import data as data_mod
+    from training.data import record as data_mod
 
     real = data_mod._rollout
     calls = {"n": 0}
@@ -114,20 +114,22 @@ def test_collect_the_agents_plan_as_the_target(dataset, tmp_path):
     driven = DrivingDataset(dataset)
     first = driven.arrays["episode"] == driven.arrays["episode"][0]
     assert len(plan) > first.sum()  # the driven future is missing for the last 6.4 s of an episode
-    env = LoopDriveEnv(bank="smoke", n_frames=1, observations=("cameras", "ego_history", "ego_state", "route",
-                                                                "command"))  # fmt: skip
+    env = LoopDriveEnv(
+        bank="smoke", n_frames=1, observations=("cameras", "ego_history", "ego_state", "route", "command")
+    )
     obs, _ = env.reset(seed=0, options={"scenario": SCENARIOS[0]})
     expert = load_agent("expert")
     expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
     np.testing.assert_allclose(plan.arrays["target"][0], expert.act(obs).trajectory, atol=1e-5)
-    with pytest.raises(ValueError, match="collect target 'imagined'"):
-        collect(_collect_cfg(target="imagined"), tmp_path / "bad.zarr", progress=False)
+    with pytest.raises(ValueError, match="target"):  # the settings refuse a target there is no data for
+        _collect_cfg(target="imagined")
 
 
 def test_future_in_ego_frame():
     # a car at (10, 5) heading north, driving north at 10 m/s
-    track = [EgoState(i * 0.1, 10.0, 5.0 + i, np.pi / 2, 10, 0, 0, 0, 0, 0, 0, 0, 0, False, False, False)
-             for i in range(80)]  # fmt: skip
+    track = [
+        EgoState(i * 0.1, 10.0, 5.0 + i, np.pi / 2, 10, 0, 0, 0, 0, 0, 0, 0, 0, False, False, False) for i in range(80)
+    ]
     fut = future_in_ego_frame(track, 0)
     np.testing.assert_allclose(fut[:, 0], np.arange(1, 65), atol=1e-5)
     np.testing.assert_allclose(fut[:, 1:], 0.0, atol=1e-5)
@@ -151,8 +153,13 @@ def test_filter_counts_crafted_inconsistent_samples():
 
 def test_template_teacher_agrees_with_its_labels():
     teacher, filt = TemplateTeacher(), ConsistencyFilter()
-    for meta in ({"stop"}, {"decelerate", "turn_left"}, {"accelerate", "keep_lane"}, {"keep_speed", "nudge_right"},
-                 {"start_from_stop", "turn_right"}):  # fmt: skip
+    for meta in (
+        {"stop"},
+        {"decelerate", "turn_left"},
+        {"accelerate", "keep_lane"},
+        {"keep_speed", "nudge_right"},
+        {"start_from_stop", "turn_right"},
+    ):
         for causes in (set(), {"red_light", "traffic_light"}, {"lead_vehicle"}, {"pedestrian", "curve"}):
             assert filt(teacher.write(meta, causes), meta, causes)[0], (meta, causes)
     straight = np.stack([np.arange(1, 65) * 1.0, np.zeros(64), np.zeros(64)], 1)
@@ -171,10 +178,20 @@ def test_recipe_validation_and_overrides(tmp_path):
     with pytest.raises(RecipeError, match=r"train\.steps"):
         load_recipe(None, ["train.steps=-1"])
     assert run_main(["--config", str(tmp_path / "missing.toml")]) == 2
+    with pytest.raises(RecipeError, match=r"rl: Extra inputs"):  # each algorithm has exactly its own sections
+        load_recipe(None, ["rl.lr=0.1"])
+    grpo = ['algorithm="grpo"']
     with pytest.raises(RecipeError, match=r"stall_noise_level needs"):  # a level for stalls, but no stalls
-        load_recipe(None, ["rl.stall_noise_level=[1.0, 0.5]"])
+        load_recipe(None, [*grpo, "rl.stall_noise_level=[1.0, 0.5]"])
     with pytest.raises(RecipeError, match=r"rl.stall_noise_level.*two"):
-        load_recipe(None, ['rl.branch="before_failure"', "rl.stall_decisions=4", "rl.stall_noise_level=[1, 0, 2]"])
+        stalls = ['rl.branch="before_failure"', "rl.stall_decisions=4"]
+        load_recipe(None, [*grpo, *stalls, "rl.stall_noise_level=[1, 0, 2]"])
+    with pytest.raises(RecipeError, match=r"rl.gamma: Extra inputs"):  # PPO's settings are not GRPO's
+        load_recipe(None, [*grpo, "rl.gamma=0.9"])
+    with pytest.raises(RecipeError, match=r"differ"):
+        load_recipe(None, ["model.image_size=[56, 112]", "data.image_size=[28, 56]"])
+    assert load_recipe(None, ["model.image_size=[28, 56]"]).data.image_size == (28, 56)  # stored as the VLA reads
+    assert load_recipe(None, ["seed=7"]).model.seed == 7
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
@@ -258,8 +275,24 @@ def test_tiny_pipeline_collect_sft_evaluate(tmp_path, capsys):
     from loopdrive.cli import main
 
     data = tmp_path / "d.zarr"
-    assert main(["collect", "--bank", "smoke", "--split", "test", "--out", str(data), "--n-frames", "1",
-                 "--scenarios", "straight-000"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "collect",
+                "--bank",
+                "smoke",
+                "--split",
+                "test",
+                "--out",
+                str(data),
+                "--n-frames",
+                "1",
+                "--scenarios",
+                "straight-000",
+            ]
+        )
+        == 0
+    )
     assert "samples from 1 episodes" in capsys.readouterr().out
     recipe = _recipe(tmp_path, data, steps=4)
     text = recipe.read_text().replace("final = false", 'final = true\nbank = "smoke"\nsplit = "test"\nscenarios = 1')
@@ -275,7 +308,7 @@ def test_tiny_pipeline_collect_sft_evaluate(tmp_path, capsys):
 
 
 def test_every_shipped_recipe_validates():
-    from training.config import load_recipe
+    from training.recipes import load_recipe
 
     recipes = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.toml"))
     assert {p.stem for p in recipes} >= {"sft_tiny", "sft_demo", "grpo_tiny", "ppo_sb3_state"}
@@ -298,9 +331,9 @@ class _Weights:
 
 def test_select_on_val_publishes_the_best_checkpoint_or_the_start(tmp_path):
     from training.checkpoints import save_checkpoint
-    from training.config import recipe_from_dict
     from training.metrics_log import MetricsLogger
     from training.milestones import after_step, before_first_step, finish
+    from training.recipes import recipe_from_dict
 
     start = tmp_path / "sft_final"
     start.mkdir()
@@ -314,8 +347,12 @@ def test_select_on_val_publishes_the_best_checkpoint_or_the_start(tmp_path):
         return {"suites": {"leaderboard": {"mean": score}}, "success_rate": 0.0}
 
     def run(scores_from: str | None, run_dir):
-        recipe = recipe_from_dict({"eval": {"every": 2, "select_on": scores_from, "split": "test"},
-                                   "checkpoint": {"every": 2, "keep_last": 1}})  # fmt: skip
+        recipe = recipe_from_dict(
+            {
+                "eval": {"every": 2, "select_on": scores_from, "split": "test"},
+                "checkpoint": {"every": 2, "keep_last": 1},
+            }
+        )
         logger = MetricsLogger(run_dir)
         before_first_step(recipe, start, evaluate, logger, run_dir)
 
@@ -329,8 +366,13 @@ def test_select_on_val_publishes_the_best_checkpoint_or_the_start(tmp_path):
 
     result = run("val", tmp_path / "selected")
     # the start and steps 2, 4, 6 were scored on val; step 4 won though keep_last pruned its folder
-    assert calls == [("val_start", "val"), ("val_step_0000002", "val"), ("val_step_0000004", "val"),
-                     ("val_step_0000006", "val"), ("final", None)]  # fmt: skip
+    assert calls == [
+        ("val_start", "val"),
+        ("val_step_0000002", "val"),
+        ("val_step_0000004", "val"),
+        ("val_step_0000006", "val"),
+        ("final", None),
+    ]
     assert result["selected"] == {"step": 4, "score": 60.0, "split": "val"}
     assert (Path(result["final"]) / "weights.txt").read_text() == "4"
     logged = [json.loads(line) for line in (tmp_path / "selected" / "metrics.jsonl").read_text().splitlines()]
@@ -344,9 +386,9 @@ def test_select_on_val_publishes_the_best_checkpoint_or_the_start(tmp_path):
 
 
 def test_select_on_keeps_the_start_when_nothing_beats_it(tmp_path):
-    from training.config import recipe_from_dict
     from training.metrics_log import MetricsLogger
     from training.milestones import before_first_step, finish
+    from training.recipes import recipe_from_dict
 
     start = tmp_path / "sft_final"
     start.mkdir()
@@ -354,7 +396,8 @@ def test_select_on_keeps_the_start_when_nothing_beats_it(tmp_path):
     recipe = recipe_from_dict({"eval": {"every": 2, "select_on": "val", "final": False}})
     run_dir = tmp_path / "run"
     logger = MetricsLogger(run_dir)
-    before_first_step(recipe, start, lambda c, o, split=None: {"suites": {"leaderboard": {"mean": 70.0}}}, logger,
-                      run_dir)  # fmt: skip
+    before_first_step(
+        recipe, start, lambda c, o, split=None: {"suites": {"leaderboard": {"mean": 70.0}}}, logger, run_dir
+    )
     result = finish(4, 4, recipe, None, logger, run_dir, {})
     assert result["selected"]["step"] == 0 and (Path(result["final"]) / "weights.txt").read_text() == "start"

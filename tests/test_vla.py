@@ -70,8 +70,10 @@ def test_overfitting_eight_samples_drives_text_and_flow_losses_down():
     obs = [env.reset(seed=0, options={"scenario": sid})[0] for sid in ("curve-000", "lead_brake-000") * 4]
     texts = ["Red light ahead, so stop.", "A curve ahead, so slow down."] * 4
     t = np.arange(1, 65) * 0.1
-    trajs = torch.tensor(np.stack([np.stack([8 * t - 0.5 * t**2 * (i % 2), 0.02 * (i % 3) * t**2, 0.01 * i * t], 1)
-                                   for i in range(8)]), dtype=torch.float32)  # fmt: skip
+    trajs = torch.tensor(
+        np.stack([np.stack([8 * t - 0.5 * t**2 * (i % 2), 0.02 * (i % 3) * t**2, 0.01 * i * t], 1) for i in range(8)]),
+        dtype=torch.float32,
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(0)
     first = {k: v.item() for k, v in model.losses(obs, texts, trajs, g).items()}
@@ -92,8 +94,9 @@ def test_patchify_matches_the_qwen_image_processor():
 
     from agents.vla.model import patchify
 
-    proc = Qwen2VLImageProcessorPil(min_pixels=56 * 112, max_pixels=56 * 112, patch_size=14, merge_size=2,
-                                    temporal_patch_size=2)  # fmt: skip
+    proc = Qwen2VLImageProcessorPil(
+        min_pixels=56 * 112, max_pixels=56 * 112, patch_size=14, merge_size=2, temporal_patch_size=2
+    )
     imgs = np.random.default_rng(0).integers(0, 255, (3, 56, 112, 3), dtype=np.uint8)
     ref = proc(images=list(imgs), return_tensors="pt")["pixel_values"].numpy()
     mine = patchify(imgs, np.asarray(proc.image_mean, np.float32), np.asarray(proc.image_std, np.float32))
@@ -109,18 +112,37 @@ def test_backbone_from_a_local_pretrained_folder(observations, tmp_path):
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(reasoning_corpus(), trainers.BpeTrainer(
-        vocab_size=600, special_tokens=CHAT, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    tok.train_from_iterator(
+        reasoning_corpus(),
+        trainers.BpeTrainer(vocab_size=600, special_tokens=CHAT, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+    )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    ids = {k: fast.convert_tokens_to_ids(t) for k, t in (("image_token_id", "<|image_pad|>"),
-           ("video_token_id", "<|video_pad|>"), ("vision_start_token_id", "<|vision_start|>"),
-           ("vision_end_token_id", "<|vision_end|>"))}  # fmt: skip
+    ids = {
+        k: fast.convert_tokens_to_ids(t)
+        for k, t in (
+            ("image_token_id", "<|image_pad|>"),
+            ("video_token_id", "<|video_pad|>"),
+            ("vision_start_token_id", "<|vision_start|>"),
+            ("vision_end_token_id", "<|vision_end|>"),
+        )
+    }
     cfg = Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, rope_scaling={"type": "mrope",
-                         "mrope_section": [2, 3, 3]}, bos_token_id=None, eos_token_id=fast.eos_token_id),
-        vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
-                           fullatt_block_indexes=[0]), **ids)  # fmt: skip
+        text_config=dict(
+            vocab_size=len(fast),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+            bos_token_id=None,
+            eos_token_id=fast.eos_token_id,
+        ),
+        vision_config=dict(
+            depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, fullatt_block_indexes=[0]
+        ),
+        **ids,
+    )
     local = tmp_path / "qwen-local"
     torch.manual_seed(0)  # the stand-in's weights do not depend on the tests run before
     Qwen2_5_VLForConditionalGeneration(cfg).save_pretrained(local)
@@ -161,8 +183,12 @@ def test_several_flow_samples_equal_the_batch_repeated(model, observations):
     with torch.no_grad():
         k = model.losses(observations, reasoning, target, torch.Generator().manual_seed(3), flow_samples=3)
         rep = [o for o in observations for _ in range(3)]
-        one = model.losses(rep, [r for r in reasoning for _ in range(3)], target.repeat_interleave(3, 0),
-                           torch.Generator().manual_seed(3))  # fmt: skip
+        one = model.losses(
+            rep,
+            [r for r in reasoning for _ in range(3)],
+            target.repeat_interleave(3, 0),
+            torch.Generator().manual_seed(3),
+        )
     assert torch.allclose(k["flow"], one["flow"], atol=1e-5) and torch.allclose(k["text"], one["text"], atol=1e-5)
 
 
@@ -173,8 +199,10 @@ def test_a_vla_saved_before_a_new_expert_option_loads_as_it_was_saved(observatio
 
     from agents.vla.flow import ExpertConfig
 
-    old = VLA(VLAConfig(), expert_config=ExpertConfig(**{
-        **VLA(VLAConfig()).expert.config.to_dict(), "state_on_every_token": False})).eval()  # fmt: skip
+    old = VLA(
+        VLAConfig(),
+        expert_config=ExpertConfig(**{**VLA(VLAConfig()).expert.config.to_dict(), "state_on_every_token": False}),
+    ).eval()
     old.save_pretrained(tmp_path / "old")
     cfg_file = tmp_path / "old" / "vla_config.json"
     raw = json.loads(cfg_file.read_text())

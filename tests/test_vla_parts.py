@@ -71,8 +71,9 @@ def test_shapes_determinism_and_context_masking():
 @pytest.mark.parametrize("stochastic", ["one", "all"])
 def test_sde_log_probs_are_gaussian_densities_and_the_unchanged_ratio_is_one(stochastic):
     ex, ctx = _expert(), _context()
-    x, chain, mask, logp = sample_sde(ex, 2, ctx, noise_level=0.7, stochastic=stochastic,
-                                      generator=torch.Generator().manual_seed(5))  # fmt: skip
+    x, chain, mask, logp = sample_sde(
+        ex, 2, ctx, noise_level=0.7, stochastic=stochastic, generator=torch.Generator().manual_seed(5)
+    )
     assert chain.shape == (11, 2, 64, 2) and torch.equal(chain[-1], x)
     assert int(mask.sum()) == (1 if stochastic == "one" else 10)
     # independent check with torch.distributions
@@ -95,8 +96,15 @@ def test_sde_with_a_noise_level_per_dimension_explores_only_the_noisy_one():
     _, chain, mask, logp = sample_sde(ex, 2, ctx, noise_level=(0.0, 0.7), stochastic="all", generator=gen)
     plan = sample_ode(ex, 2, ctx, noise_scale=0.0)
     start = torch.zeros(2, 64, 2)
-    x0, chain0, _, _ = sample_sde(ex, 2, ctx, noise_level=(0.0, 0.7), stochastic="all", noise_scale=0.0,
-                                  generator=torch.Generator().manual_seed(5))  # fmt: skip
+    x0, chain0, _, _ = sample_sde(
+        ex,
+        2,
+        ctx,
+        noise_level=(0.0, 0.7),
+        stochastic="all",
+        noise_scale=0.0,
+        generator=torch.Generator().manual_seed(5),
+    )
     assert torch.equal(chain0[0], start) and not torch.allclose(x0[..., 1], plan[..., 1])  # curvature explored
     # acceleration: every step is the plain ODE step from the chain's state (no noise on that dimension)
     ref = torch.zeros(2)
@@ -114,15 +122,18 @@ def test_sde_with_a_noise_level_per_dimension_explores_only_the_noisy_one():
 def test_log_prob_with_a_noise_level_per_sample_matches_each_samples_own_density():
     ex, ctx = _expert(), _context()
     levels = [(0.0, 0.7), (1.0, 0.7)]  # sample 0 explored the curvature only, sample 1 both dimensions
-    parts = [sample_sde(ex, 2, ctx, noise_level=lv, stochastic="all", generator=torch.Generator().manual_seed(3))
-             for lv in levels]  # fmt: skip
+    parts = [
+        sample_sde(ex, 2, ctx, noise_level=lv, stochastic="all", generator=torch.Generator().manual_seed(3))
+        for lv in levels
+    ]
     chain = torch.stack([parts[0][1][:, 0], parts[1][1][:, 1]], dim=1)  # sample i's chain drawn with level i
     logp_old = torch.stack([parts[0][3][0], parts[1][3][1]])
     per_sample = torch.tensor(levels)
     new = log_prob(ex, chain, torch.ones(10, dtype=torch.bool), ctx, noise_level=per_sample)
     assert torch.equal(torch.exp(new - logp_old), torch.ones(2))  # each under the density it was drawn from
-    assert not torch.allclose(log_prob(ex, chain, torch.ones(10, dtype=torch.bool), ctx, noise_level=(1.0, 0.7)),
-                              logp_old)  # fmt: skip
+    assert not torch.allclose(
+        log_prob(ex, chain, torch.ones(10, dtype=torch.bool), ctx, noise_level=(1.0, 0.7)), logp_old
+    )
     # steps stochastic for one sample only (a batch of decisions that drew their own steps)
     mask = torch.tensor([[True, False] * 5, [True] * 10])
     mixed = log_prob(ex, chain, mask, ctx, noise_level=per_sample)

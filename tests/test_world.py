@@ -34,8 +34,14 @@ def test_driving_into_a_parked_car_is_a_front_at_fault_vehicle_collision(empty_s
     hits = [e for e in events if e.kind == "collision"]
     assert len(hits) == 1  # one event per contact, not one per step
     assert hits[0].to_dict() | {"t": 0, "ego_speed": 0, "actor_speed": 0} == {
-        "kind": "collision", "t": 0, "actor": "parked", "actor_kind": "vehicle", "where": "front",
-        "at_fault": True, "ego_speed": 0, "actor_speed": 0,
+        "kind": "collision",
+        "t": 0,
+        "actor": "parked",
+        "actor_kind": "vehicle",
+        "where": "front",
+        "at_fault": True,
+        "ego_speed": 0,
+        "actor_speed": 0,
     }
 
 
@@ -131,10 +137,14 @@ def test_driving_in_the_oncoming_lane_is_wrong_way(empty_straight):
 def test_idm_traffic_stops_behind_a_parked_car_without_touching_it(empty_straight):
     ego = {**empty_straight.ego.model_dump(), "lane": "r_b0", "route": ["r_b0"], "s": 10.0, "speed": 0.0}
     ego.pop("goal_distance")
-    scn = _with(empty_straight, ego=ego, actors=[
-        {"id": "parked", "lane": "r_f0", "s": 120.0, "behaviour": {"type": "static"}},
-        {"id": "car", "lane": "r_f0", "s": 40.0, "speed": 12.0, "path": ["r_f0"]},
-    ])  # fmt: skip
+    scn = _with(
+        empty_straight,
+        ego=ego,
+        actors=[
+            {"id": "parked", "lane": "r_f0", "s": 120.0, "behaviour": {"type": "static"}},
+            {"id": "car", "lane": "r_f0", "s": 40.0, "speed": 12.0, "path": ["r_f0"]},
+        ],
+    )
     w = World(scn)
     for _ in range(250):
         w.step(0.0, 0.0)

@@ -16,10 +16,10 @@ from gymnasium.utils.env_checker import check_env
 import envs  # noqa: F401  (registers LoopDrive-v0)
 from envs.backends.world_model import WorldModel, WorldModelConfig, motion_from_track
 from rewards.frames import FrameRewards, psnr, ssim
-from training.config import load_recipe
-from training.data import CollectConfig, collect
-from training.ddrl import clipped_surrogate, gaussian_step_kl, shaped_advantages
+from training.data import CollectSettings, collect
+from training.recipes import load_recipe
 from training.run import main as run_main
+from training.world_model.ddrl import clipped_surrogate, gaussian_step_kl, shaped_advantages
 
 TINY = dict(image_size=(16, 32), cameras=2, frames=1, decision_every=5, context=2, channels=(8, 16), flow_steps=3)
 
@@ -144,8 +144,19 @@ def test_frame_rewards_psnr_ssim_and_plugins():
 def rollouts(tmp_path_factory):
     """Expert rollouts of two smoke scenarios at 28 x 56 (curve-000 is the held-out one at val_fraction 0.5)."""
     path = tmp_path_factory.mktemp("wm") / "smoke.zarr"
-    collect(CollectConfig(bank="smoke", split=None, scenarios=["lead_brake-000", "curve-000"], n_frames=1, chunk=16,
-                          image_size=(28, 56), camera_size=(64, 128)), path, progress=False)  # fmt: skip
+    collect(
+        CollectSettings(
+            bank="smoke",
+            split=None,
+            scenarios=["lead_brake-000", "curve-000"],
+            n_frames=1,
+            chunk=16,
+            image_size=(28, 56),
+            camera_size=(64, 128),
+        ),
+        path,
+        progress=False,
+    )
     return path
 
 
@@ -184,6 +195,8 @@ kl_coef = 0.1
 every = 2
 keep_last = 2
 """
+    if algorithm != "ddrl":  # each recipe type has exactly its algorithm's sections
+        text = text[: text.index("[ddrl]")] + text[text.index("[checkpoint]") :]
     path = tmp / f"{algorithm}.toml"
     path.write_text(text)
     return path
@@ -223,8 +236,21 @@ def test_world_model_resume_matches_an_uninterrupted_run(rollouts, tmp_path):
     recipe = _wm_recipe(tmp_path, rollouts)
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     assert run_main(["--config", str(recipe), "--run-dir", str(whole), "--set", "eval.final=false"]) == 0
-    assert run_main(["--config", str(recipe), "--run-dir", str(parts), "--set", "eval.final=false",
-                     "--set", "train.max_steps_this_run=2"]) == 0  # fmt: skip
+    assert (
+        run_main(
+            [
+                "--config",
+                str(recipe),
+                "--run-dir",
+                str(parts),
+                "--set",
+                "eval.final=false",
+                "--set",
+                "train.max_steps_this_run=2",
+            ]
+        )
+        == 0
+    )
     assert not (parts / "checkpoints" / "final").exists()
     assert run_main(["--resume", str(parts)]) == 0  # the saved recipe stops 2 steps later: at the end
     a = WorldModel.from_pretrained(whole / "checkpoints" / "final").state_dict()
@@ -248,8 +274,15 @@ def front_model(tmp_path_factory) -> Path:
 
 
 def _backend_env(model: Path, **kw):
-    args = dict(bank="smoke", scenario="curve-000", rig="front_only", n_frames=1, camera_size=(32, 64),
-                backend="worldmodel", world_model=str(model))  # fmt: skip
+    args = dict(
+        bank="smoke",
+        scenario="curve-000",
+        rig="front_only",
+        n_frames=1,
+        camera_size=(32, 64),
+        backend="worldmodel",
+        world_model=str(model),
+    )
     return gym.make("LoopDrive-v0", **(args | kw)).unwrapped
 
 
@@ -285,8 +318,16 @@ def test_worldmodel_backend_rejects_a_model_of_another_set_up(front_model):
 def test_evaluation_on_the_worldmodel_backend(front_model, tmp_path):
     from evaluation import EvalConfig, evaluate
 
-    cfg = EvalConfig(bank="smoke", agent="constant_velocity", scenarios=["curve-000"], rigs=["front_only"],
-                     n_frames=1, camera_size=(32, 64), backend="worldmodel", world_model=str(front_model))  # fmt: skip
+    cfg = EvalConfig(
+        bank="smoke",
+        agent="constant_velocity",
+        scenarios=["curve-000"],
+        rigs=["front_only"],
+        n_frames=1,
+        camera_size=(32, 64),
+        backend="worldmodel",
+        world_model=str(front_model),
+    )
     summary = evaluate(cfg, tmp_path / "eval", progress=False)
     assert summary["episodes"]["ok"] == 1
     assert json.loads((tmp_path / "eval" / "config.json").read_text())["backend"] == "worldmodel"

@@ -123,8 +123,9 @@ def load_trainer_state(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]
     return state, _optimizer_state(tensors, state.pop("optimizer")), rng
 
 
-def restore_trainer(path: str | Path, optimizer: torch.optim.Optimizer,
-                    generators: dict[str, torch.Generator]) -> dict[str, Any]:  # fmt: skip
+def restore_trainer(
+    path: str | Path, optimizer: torch.optim.Optimizer, generators: dict[str, torch.Generator]
+) -> dict[str, Any]:
     """Load a checkpoint's optimizer moments and RNG states into ``optimizer`` and ``generators`` (by the
     names they were saved under); returns the trainer state (step, data positions)."""
     state, optim_state, rng = load_trainer_state(path)

@@ -13,8 +13,11 @@ class MetricsLogger:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
         if self.path.exists():  # after a resume, drop lines logged past the checkpoint (they are redone)
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]  # fmt: skip
+            kept = [
+                line
+                for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= resume_step
+            ]
             self.path.write_text("".join(line + "\n" for line in kept))
         try:
             from tensorboardX import SummaryWriter

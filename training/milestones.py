@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from training.checkpoints import checkpoint_dir, latest_checkpoint, publish_final
-from training.config import Recipe
 from training.metrics_log import MetricsLogger
+from training.recipes import Recipe
 
 BEST = "best"
 
@@ -46,8 +46,9 @@ def _select(step: int, path: Path, summary: dict[str, Any], split: str, run_dir:
         tmp.replace(record)
 
 
-def _periodic_eval(step: int, path: Path, recipe: Recipe, evaluate_fn, logger: MetricsLogger, run_dir: Path,
-                   name: str | None = None) -> None:  # fmt: skip
+def _periodic_eval(
+    step: int, path: Path, recipe: Recipe, evaluate_fn, logger: MetricsLogger, run_dir: Path, name: str | None = None
+) -> None:
     split, name = recipe.eval.select_on, name or path.name
     if split is None:
         logger.log(step, eval_metrics(evaluate_fn(path, run_dir / "evals" / name)))
@@ -64,8 +65,15 @@ def before_first_step(recipe: Recipe, start_path: Path, evaluate_fn, logger: Met
         _periodic_eval(0, Path(start_path), recipe, evaluate_fn, logger, run_dir, name="start")
 
 
-def after_step(step: int, total: int, recipe: Recipe, checkpoint: Callable[[int], Path], evaluate_fn,
-               logger: MetricsLogger, run_dir: Path) -> None:  # fmt: skip
+def after_step(
+    step: int,
+    total: int,
+    recipe: Recipe,
+    checkpoint: Callable[[int], Path],
+    evaluate_fn,
+    logger: MetricsLogger,
+    run_dir: Path,
+) -> None:
     """Checkpoint every ``checkpoint.every`` steps (and at the last); evaluate every ``eval.every`` (with
     ``select_on``, the last step too: it is a candidate). An evaluation reads a checkpoint (and a resume
     restarts from it), so it saves one when none is due."""
@@ -77,8 +85,9 @@ def after_step(step: int, total: int, recipe: Recipe, checkpoint: Callable[[int]
         _periodic_eval(step, path, recipe, evaluate_fn, logger, run_dir)
 
 
-def finish(step: int, total: int, recipe: Recipe, evaluate_fn, logger: MetricsLogger, run_dir: Path,
-           result: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def finish(
+    step: int, total: int, recipe: Recipe, evaluate_fn, logger: MetricsLogger, run_dir: Path, result: dict[str, Any]
+) -> dict[str, Any]:
     """When the run is complete: ``final`` (the last checkpoint, or the best on ``select_on``) and its
     evaluation into ``result``; curves; close the log."""
     if step >= total:

@@ -21,16 +21,27 @@ import argparse
 import json
 from typing import Any
 
-from training.config import Recipe, RecipeError, load_recipe, recipe_from_dict
+from training.data import CollectSettings
+from training.recipes import (
+    DDRLRecipe,
+    EvalSection,
+    GRPORecipe,
+    PPORecipe,
+    Recipe,
+    RecipeError,
+    SB3PPORecipe,
+    SFTRecipe,
+    WorldModelRecipe,
+    load_recipe,
+    recipe_from_dict,
+)
 
 
-def make_evaluator(recipe: Recipe, agent: str | None = None):
+def make_evaluator(e: EvalSection, d: CollectSettings, agent: str | None = None):
     """Closed-loop evaluation of a checkpoint through ``evaluation`` with the data's observation set-up
-    (``agent``: a spec with ``{checkpoint}`` in it; default the VLA with the eval section's options)."""
+    ``d`` (``agent``: a spec with ``{checkpoint}`` in it; default the VLA with the eval section's options)."""
     from evaluation import EvalConfig, evaluate
     from scenarios import load_bank
-
-    e, d = recipe.eval, recipe.data
 
     def run(checkpoint: Path, out: Path, split: str | None = None) -> dict[str, Any]:
         """Evaluate on the eval split, or on ``split`` (model selection) with the same settings."""
@@ -41,9 +52,18 @@ def make_evaluator(recipe: Recipe, agent: str | None = None):
         decision_every = d.decision_every
         if agent is not None:  # a control policy renews its command every world step, as in training
             spec, decision_every = agent.format(checkpoint=checkpoint), 1
-        cfg = EvalConfig(bank=e.bank, split=split, agent=spec, scenarios=ids, workers=e.workers, rigs=[d.rig],
-                         n_frames=d.n_frames, decision_every=decision_every, camera_size=tuple(d.camera_size),
-                         episode_timeout_s=3600)  # fmt: skip
+        cfg = EvalConfig(
+            bank=e.bank,
+            split=split,
+            agent=spec,
+            scenarios=ids,
+            workers=e.workers,
+            rigs=[d.rig],
+            n_frames=d.n_frames,
+            decision_every=decision_every,
+            camera_size=tuple(d.camera_size),
+            episode_timeout_s=3600,
+        )
         return evaluate(cfg, out, progress=False)
 
     return run
@@ -59,40 +79,44 @@ def train(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: b
         if {k: v for k, v in before.items() if k != "train"} != {k: v for k, v in resolved.items() if k != "train"}:
             raise RecipeError(f"{run_dir} holds a run with another recipe; use --resume {run_dir} or a new --run-dir")
     saved.write_text(json.dumps(resolved, indent=1))
-    if recipe.algorithm == "sft":
+    if isinstance(recipe, SFTRecipe):
         from training.sft import train_sft
 
-        return train_sft(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=make_evaluator(recipe))
-    if recipe.algorithm == "grpo":
-        from training.grpo import train_grpo
+        evaluate = make_evaluator(recipe.eval, recipe.data)
+        return train_sft(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=evaluate)
+    if isinstance(recipe, GRPORecipe):
+        from training.rl.grpo import train_grpo
 
-        return train_grpo(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=make_evaluator(recipe))
-    if recipe.algorithm == "ppo":
-        from training.ppo import train_ppo
+        evaluate = make_evaluator(recipe.eval, recipe.data)
+        return train_grpo(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=evaluate)
+    if isinstance(recipe, PPORecipe):
+        from training.rl.ppo import train_ppo
 
-        return train_ppo(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=make_evaluator(recipe))
-    if recipe.algorithm == "ppo_sb3":
-        from training.ppo_sb3 import train_ppo_sb3
+        evaluate = make_evaluator(recipe.eval, recipe.data)
+        return train_ppo(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=evaluate)
+    if isinstance(recipe, SB3PPORecipe):
+        from training.rl.ppo_sb3 import train_ppo_sb3
 
         result = train_ppo_sb3(recipe, run_dir, resume=resume, progress=progress)
         if recipe.eval.final:
-            evaluate = make_evaluator(recipe, agent="sb3:{checkpoint}")
+            evaluate = make_evaluator(recipe.eval, CollectSettings(), agent="sb3:{checkpoint}")
             result["eval"] = evaluate(Path(result["final"]), run_dir / "evals" / "final")
         return result
-    if recipe.algorithm == "world_model":
-        from training.world_model import train_world_model
+    if isinstance(recipe, WorldModelRecipe):
+        from training.world_model.train import train_world_model
 
         return train_world_model(recipe, run_dir, resume=resume, progress=progress)
-    if recipe.algorithm == "ddrl":
-        from training.ddrl import train_ddrl
+    if isinstance(recipe, DDRLRecipe):
+        from training.world_model.ddrl import train_ddrl
 
         return train_ddrl(recipe, run_dir, resume=resume, progress=progress)
     raise RecipeError(f"algorithm {recipe.algorithm!r} is not implemented")  # pragma: no cover
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="training/run.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="training/run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--config", help="recipe TOML (configs/*.toml)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. train.steps=50")
     p.add_argument("--run-dir")
@@ -117,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in result.items() if k != "eval"}, indent=1))
     if "eval" in result:
         s = result["eval"]
-        print(f"closed-loop eval: driving score {s['suites']['leaderboard']['mean']:.1f}, "
-              f"success {s['success_rate']:.1f}% ({s['episodes']['total']} episodes)")  # fmt: skip
+        print(
+            f"closed-loop eval: driving score {s['suites']['leaderboard']['mean']:.1f}, "
+            f"success {s['success_rate']:.1f}% ({s['episodes']['total']} episodes)"
+        )
     print(f"run folder: {run_dir}")
     return 0
 

@@ -10,7 +10,6 @@ resumed run continues exactly where an uninterrupted one would be.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -19,84 +18,30 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from training.checkpoints import (
-    clean_stale,
-    latest_checkpoint,
-    restore_trainer,
-    save_checkpoint,
-)
-from training.config import Recipe
-from training.data import CollectConfig, DatasetError, DrivingDataset, collect
+from agents.vla import VLA, action_space
+from agents.vla.model import state_features
+from training.checkpoints import latest_checkpoint, restore_trainer, save_checkpoint
+from training.data import DrivingDataset
+from training.loop import EpochSampler, learning_rate, prepare_run
 from training.metrics_log import MetricsLogger
 from training.milestones import after_step, finish
+from training.recipes import SFTRecipe, TrainSection
 
 
-class EpochSampler:
-    """Batches of indices from a seeded permutation per epoch; its position is part of the state."""
-
-    def __init__(self, n: int, seed: int, epoch: int = 0, position: int = 0) -> None:
-        self.n, self.seed, self.epoch, self.position = n, seed, epoch, position
-        self._perm = self._permutation()
-
-    def _permutation(self) -> np.ndarray:
-        return np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
-
-    def next(self, batch: int) -> np.ndarray:
-        out = []
-        while len(out) < batch:
-            if self.position >= self.n:
-                self.epoch, self.position = self.epoch + 1, 0
-                self._perm = self._permutation()
-            take = min(batch - len(out), self.n - self.position)
-            out += self._perm[self.position : self.position + take].tolist()
-            self.position += take
-        return np.asarray(out)
-
-    def state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
-
-
-def ensure_dataset(recipe: Recipe, progress: bool | None = None) -> DrivingDataset:
-    """Read the recipe's dataset, collecting (or finishing) it first when allowed."""
-    d = recipe.data
-    path = Path(d.path)
-    if d.collect:
-        fields = {k: v for k, v in d.model_dump().items() if k in CollectConfig.__dataclass_fields__}
-        fields["image_size"] = tuple(recipe.model.image_size)
-        collect(CollectConfig(**fields), path, progress=progress)
-    elif not path.exists():
-        raise DatasetError(f"data.path {path} does not exist and data.collect is false")
-    return DrivingDataset(path, max_gb=d.max_gb)
-
-
-def prepare_run(recipe: Recipe, run_dir: Path, progress: bool | None = None) -> DrivingDataset:
-    """What a trainer on collected data does first: torch threads, leftovers of a killed save, the data."""
-    if recipe.train.threads:
-        torch.set_num_threads(recipe.train.threads)
-    clean_stale(run_dir)
-    return ensure_dataset(recipe, progress)
-
-
-def build_model(recipe: Recipe):
-    from agents.vla.model import VLA, VLAConfig
-
+def build_model(recipe: SFTRecipe) -> VLA:
     if recipe.init_from:
         return VLA.from_pretrained(recipe.init_from)
     torch.manual_seed(recipe.seed)
-    m = recipe.model
-    return VLA(VLAConfig(backbone=m.backbone, size=m.size, backbone_path=m.backbone_path,
-                         image_size=tuple(m.image_size), max_reasoning_tokens=m.max_reasoning_tokens,
-                         flow_steps=m.flow_steps, seed=recipe.seed))  # fmt: skip
+    return VLA(recipe.model.model_copy())
 
 
 def action_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[list[float], list[float]]:
     """Mean and std of the (accel, curvature) targets, as the flow head will see them."""
-    from agents.vla import action_space
-
     idx = np.linspace(0, len(dataset) - 1, min(limit, len(dataset))).astype(int)
     hist = torch.from_numpy(dataset.arrays["ego_history"][idx])
-    actions = action_space.from_trajectory(torch.from_numpy(dataset.arrays["target"][idx]),
-                                           action_space.initial_speed(hist))  # fmt: skip
+    actions = action_space.from_trajectory(
+        torch.from_numpy(dataset.arrays["target"][idx]), action_space.initial_speed(hist)
+    )
     flat = actions.reshape(-1, 2).double()
     std = torch.maximum(flat.std(0), torch.tensor([0.1, 0.002], dtype=torch.float64))
     return flat.mean(0).tolist(), std.tolist()
@@ -104,8 +49,6 @@ def action_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[list[
 
 def state_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[list[float], list[float]]:
     """Mean and std of the action expert's state-token features (constant features get std 1)."""
-    from agents.vla.model import state_features
-
     idx = np.linspace(0, len(dataset) - 1, min(limit, len(dataset))).astype(int)
     observations, _, _ = dataset.batch(idx)
     feats = np.stack([state_features(o) for o in observations]).astype(np.float64)
@@ -113,38 +56,25 @@ def state_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[list[f
     return feats.mean(0).tolist(), np.where(std > 1e-3, std, 1.0).tolist()
 
 
-def learning_rate(step: int, cfg) -> float:
-    """Linear warm-up, then cosine decay to 10% (a function of the step: nothing to checkpoint)."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
-
-
-def stage_of(step: int, cfg) -> int:
+def stage_of(step: int, cfg: TrainSection) -> int:
     """0: joint training; 1: VLM only; 2: action expert only (VLM frozen)."""
     if not cfg.two_stage:
         return 0
     return 1 if step < int(cfg.steps * cfg.stage1_fraction) else 2
 
 
-def _set_trainable(model, stage: int) -> None:
-    for p in model.backbone.parameters():
-        p.requires_grad_(stage in (0, 1))
-    for p in model.expert.parameters():
-        p.requires_grad_(stage in (0, 2))
+STAGE_PARTS = {0: "both", 1: "vlm", 2: "expert"}  # what each stage trains
 
 
-def train_sft(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None,
-              evaluate_fn=None) -> dict[str, Any]:  # fmt: skip
+def train_sft(
+    recipe: SFTRecipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None, evaluate_fn=None
+) -> dict[str, Any]:
     """Train; returns the last logged metrics (and the final evaluation's summary, if any)."""
     run_dir, cfg = Path(run_dir), recipe.train
-    dataset = prepare_run(recipe, run_dir, progress)
+    dataset = prepare_run(recipe.data, cfg, run_dir, progress)
 
     ckpt = latest_checkpoint(run_dir) if resume else None
     if ckpt is not None:
-        from agents.vla.model import VLA
-
         model = VLA.from_pretrained(ckpt)
     else:
         model = build_model(recipe)
@@ -165,8 +95,15 @@ def train_sft(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda" and cfg.bf16)
 
     def checkpoint(at: int) -> Path:
-        return save_checkpoint(run_dir, at, model, optimizer, {"sampler": sampler.state(), "samples": len(dataset)},
-                               {"noise": noise.get_state()}, recipe.checkpoint.keep_last)  # fmt: skip
+        return save_checkpoint(
+            run_dir,
+            at,
+            model,
+            optimizer,
+            {"sampler": sampler.state(), "samples": len(dataset)},
+            {"noise": noise.get_state()},
+            recipe.checkpoint.keep_last,
+        )
 
     last: dict[str, Any] = {}
     stop_at = cfg.steps if cfg.max_steps_this_run is None else min(cfg.steps, step + cfg.max_steps_this_run)
@@ -176,7 +113,7 @@ def train_sft(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
     t0, seen = time.perf_counter(), 0
     while step < stop_at:
         stage = stage_of(step, cfg)
-        _set_trainable(model, stage)
+        model.set_trainable(STAGE_PARTS[stage])
         w_text = cfg.text_weight if stage in (0, 1) else 0.0
         w_flow = cfg.flow_weight if stage in (0, 2) else 0.0
         lr = learning_rate(step, cfg)
@@ -186,8 +123,9 @@ def train_sft(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
         for _ in range(cfg.grad_accum):
             obs, reasoning, target = dataset.batch(sampler.next(cfg.batch_size))
             with autocast:
-                losses = model.losses(obs, reasoning, torch.from_numpy(target).to(device), generator=noise,
-                                      flow_samples=cfg.flow_samples)  # fmt: skip
+                losses = model.losses(
+                    obs, reasoning, torch.from_numpy(target).to(device), generator=noise, flow_samples=cfg.flow_samples
+                )
             loss = (w_text * losses["text"] + w_flow * losses["flow"]) / cfg.grad_accum
             loss.backward()
             for k in sums:

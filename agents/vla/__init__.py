@@ -2,6 +2,7 @@
 reasoning, and a flow-matching action expert attending to its KV cache, in the unicycle action space."""
 
 from agents.vla.action_space import denormalise, from_trajectory, initial_speed, integrate, normalise
+from agents.vla.config import VLAConfig
 from agents.vla.flow import (
     ActionExpert,
     ExpertConfig,
@@ -11,7 +12,7 @@ from agents.vla.flow import (
     sample_ode,
     sample_sde,
 )
-from agents.vla.model import VLA, VLAConfig
+from agents.vla.model import VLA
 
 __all__ = [
     "VLA",

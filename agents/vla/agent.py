@@ -12,8 +12,9 @@ from agents.base import AgentOutput, BaseAgent
 class VLAAgent(BaseAgent):
     name = "vla"
 
-    def __init__(self, path: str, reasoning: bool = True, device: str | None = None, seed: int = 0,
-                 noise_scale: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self, path: str, reasoning: bool = True, device: str | None = None, seed: int = 0, noise_scale: float = 1.0
+    ) -> None:
         from agents.vla.model import VLA
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")

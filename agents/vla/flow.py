@@ -41,8 +41,9 @@ class ExpertConfig:
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"expert num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
-                             f"({self.num_kv_heads})")  # fmt: skip
+            raise ValueError(
+                f"expert num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -111,12 +112,17 @@ class ActionExpert(nn.Module):
         self.config = c
         self.fourier = FourierFeatures(c.fourier_features)
         n_in = (c.action_dim + 1) * (2 * c.fourier_features + 1)
-        self.embed = nn.Sequential(nn.Linear(n_in, c.hidden_size), nn.SiLU(), nn.Linear(c.hidden_size, c.hidden_size),
-                                   nn.LayerNorm(c.hidden_size))  # fmt: skip
+        self.embed = nn.Sequential(
+            nn.Linear(n_in, c.hidden_size),
+            nn.SiLU(),
+            nn.Linear(c.hidden_size, c.hidden_size),
+            nn.LayerNorm(c.hidden_size),
+        )
         self.position = nn.Parameter(torch.zeros(c.steps, c.hidden_size))
         if c.state_dim:
-            self.state_embed = nn.Sequential(nn.Linear(c.state_dim, c.hidden_size), nn.SiLU(),
-                                             nn.Linear(c.hidden_size, c.hidden_size))  # fmt: skip
+            self.state_embed = nn.Sequential(
+                nn.Linear(c.state_dim, c.hidden_size), nn.SiLU(), nn.Linear(c.hidden_size, c.hidden_size)
+            )
         self.layers = nn.ModuleList(ExpertLayer(c) for _ in range(c.num_layers))
         self.norm = RMSNorm(c.hidden_size)
         self.head = nn.Linear(c.hidden_size, c.action_dim)
@@ -158,9 +164,14 @@ class ActionExpert(nn.Module):
 
 
 # --- training ----------------------------------------------------------------------------------------------
-def flow_matching_loss(expert: ActionExpert, x1: torch.Tensor, context: Context | None = None,
-                       context_mask: torch.Tensor | None = None, generator: torch.Generator | None = None,
-                       state: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+def flow_matching_loss(
+    expert: ActionExpert,
+    x1: torch.Tensor,
+    context: Context | None = None,
+    context_mask: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    state: torch.Tensor | None = None,
+) -> torch.Tensor:
     """MSE between predicted and target velocity (x - eps) at t ~ Beta(1.5, 1) (mapped to [0.001, 0.999])."""
     B = x1.shape[0]
     beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
@@ -176,9 +187,18 @@ def flow_matching_loss(expert: ActionExpert, x1: torch.Tensor, context: Context 
 
 # --- sampling -------------------------------------------------------------------------------------------------
 @torch.no_grad()
-def sample_ode(expert: ActionExpert, batch: int, context: Context | None = None, context_mask=None, steps: int = 10,
-               generator: torch.Generator | None = None, device=None, dtype=torch.float32,
-               state: torch.Tensor | None = None, noise_scale: float = 1.0) -> torch.Tensor:  # fmt: skip
+def sample_ode(
+    expert: ActionExpert,
+    batch: int,
+    context: Context | None = None,
+    context_mask=None,
+    steps: int = 10,
+    generator: torch.Generator | None = None,
+    device=None,
+    dtype=torch.float32,
+    state: torch.Tensor | None = None,
+    noise_scale: float = 1.0,
+) -> torch.Tensor:
     """Euler integration of the learned ODE from noise (t = 0) to actions (t = 1). ``noise_scale``
     < 1 starts closer to the prior's mean (0: a deterministic, mode-seeking plan)."""
     c = expert.config
@@ -200,8 +220,11 @@ def _sde_step_params(x, v, i: int, steps: int, noise_level: NoiseLevel):
     dt = -1.0 / steps
     s = 1.0 - i / steps
     s_sigma = min(s, 1.0 - 1.0 / steps)  # s = 1 makes sigma infinite: use the next grid point there
-    level = noise_level if isinstance(noise_level, float | int) else torch.as_tensor(noise_level, dtype=x.dtype,
-                                                                                        device=x.device)  # fmt: skip
+    level = (
+        noise_level
+        if isinstance(noise_level, float | int)
+        else torch.as_tensor(noise_level, dtype=x.dtype, device=x.device)
+    )
     sigma = level * math.sqrt(s_sigma / (1 - s_sigma))
     v_s = -v
     mean = x * (1 + sigma**2 * dt / (2 * s)) + v_s * (1 + sigma**2 * (1 - s) / (2 * s)) * dt
@@ -222,10 +245,20 @@ def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: float | torch.Te
     return per.flatten(1).sum(1)
 
 
-def sample_sde(expert: ActionExpert, batch: int, context: Context | None = None, context_mask=None, steps: int = 10,
-               noise_level: NoiseLevel = 0.5, stochastic: str = "one", generator: torch.Generator | None = None,
-               device=None, dtype=torch.float32, state: torch.Tensor | None = None,
-               noise_scale: float = 1.0):  # fmt: skip
+def sample_sde(
+    expert: ActionExpert,
+    batch: int,
+    context: Context | None = None,
+    context_mask=None,
+    steps: int = 10,
+    noise_level: NoiseLevel = 0.5,
+    stochastic: str = "one",
+    generator: torch.Generator | None = None,
+    device=None,
+    dtype=torch.float32,
+    state: torch.Tensor | None = None,
+    noise_scale: float = 1.0,
+):
     """Sample with the ODE turned into an SDE on ``stochastic`` steps ("one" random step, or "all").
 
     ``noise_scale`` scales the starting noise as in :func:`sample_ode` (0: explore around the

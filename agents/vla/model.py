@@ -10,9 +10,8 @@ turn is prefilled with the reasoning-start token. Output: reasoning text (greedy
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import cv2
 import numpy as np
@@ -23,6 +22,7 @@ from torch.nn import functional as F
 from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessorPil
 
 from agents.vla import action_space
+from agents.vla.config import PRESETS, VLAConfig
 from agents.vla.flow import (
     ActionExpert,
     ExpertConfig,
@@ -44,69 +44,74 @@ from agents.vla.tokenizer import (
 
 SYSTEM = "You are a driving assistant."
 INSTRUCTION = "output the chain-of-thought reasoning of the driving process, then output the future trajectory"
-PRESETS = {
-    # text: hidden, layers, heads, kv heads, intermediate; vision: depth, hidden
-    "tiny": dict(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=256, vision_depth=2, vision_hidden=64),
-    "small": dict(hidden=768, layers=12, heads=12, kv_heads=4, intermediate=2048, vision_depth=6, vision_hidden=384),
-}
-
-
-@dataclass
-class VLAConfig:
-    backbone: str = "qwen2_5_vl"  # or "qwen3_vl"
-    size: str = "tiny"
-    image_size: tuple[int, int] = (56, 112)  # (H, W) of each image fed to the VLM, multiples of 28
-    max_reasoning_tokens: int = 40
-    flow_steps: int = 10
-    seed: int = 0
-    backbone_path: str | None = None  # a local pretrained Qwen2.5-VL / Qwen3-VL folder (overrides ``size``)
-    action_mean: tuple[float, float] | None = None  # (accel, curvature) statistics of the training data;
-    action_std: tuple[float, float] | None = None  # None: scale by the bounds
-    state_mean: list[float] | None = None  # statistics of the state token's features in the training data;
-    state_std: list[float] | None = None  # None: the fixed scales of ``state_features``
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.backbone not in ("qwen2_5_vl", "qwen3_vl"):
-            raise ValueError(f"unknown VLA backbone {self.backbone!r}: use 'qwen2_5_vl' or 'qwen3_vl'")
-        if self.size not in PRESETS:
-            raise ValueError(f"unknown VLA size {self.size!r}: use one of {sorted(PRESETS)}")
-        h, w = self.image_size
-        if h % 28 or w % 28:
-            raise ValueError(f"image_size {self.image_size} must be multiples of 28 (patch 14 x merge 2)")
 
 
 def _backbone(cfg: VLAConfig, tok: PreTrainedTokenizerFast) -> nn.Module:
     p = PRESETS[cfg.size]
-    ids = {name: tok.convert_tokens_to_ids(t) for name, t in (("image_token_id", "<|image_pad|>"),
-           ("video_token_id", "<|video_pad|>"), ("vision_start_token_id", "<|vision_start|>"),
-           ("vision_end_token_id", "<|vision_end|>"))}  # fmt: skip
-    text = dict(vocab_size=len(tok), hidden_size=p["hidden"], intermediate_size=p["intermediate"],
-                num_hidden_layers=p["layers"], num_attention_heads=p["heads"], num_key_value_heads=p["kv_heads"],
-                max_position_embeddings=4096, bos_token_id=None, eos_token_id=tok.eos_token_id,
-                pad_token_id=tok.pad_token_id, tie_word_embeddings=True)  # fmt: skip
+    ids = {
+        name: tok.convert_tokens_to_ids(t)
+        for name, t in (
+            ("image_token_id", "<|image_pad|>"),
+            ("video_token_id", "<|video_pad|>"),
+            ("vision_start_token_id", "<|vision_start|>"),
+            ("vision_end_token_id", "<|vision_end|>"),
+        )
+    }
+    text = dict(
+        vocab_size=len(tok),
+        hidden_size=p["hidden"],
+        intermediate_size=p["intermediate"],
+        num_hidden_layers=p["layers"],
+        num_attention_heads=p["heads"],
+        num_key_value_heads=p["kv_heads"],
+        max_position_embeddings=4096,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
     head_dim = p["hidden"] // p["heads"]
     if cfg.backbone == "qwen2_5_vl":
         from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
         sec = head_dim // 2
-        text["rope_scaling"] = {"type": "mrope", "mrope_section": [sec // 4, (sec - sec // 4) // 2,
-                                                                   sec - sec // 4 - (sec - sec // 4) // 2]}  # fmt: skip
-        vision = dict(depth=p["vision_depth"], hidden_size=p["vision_hidden"], intermediate_size=2 * p["vision_hidden"],
-                      num_heads=max(1, p["vision_hidden"] // 32), out_hidden_size=p["hidden"], patch_size=14,
-                      spatial_merge_size=2, temporal_patch_size=2, window_size=56,
-                      fullatt_block_indexes=[p["vision_depth"] - 1])  # fmt: skip
+        text["rope_scaling"] = {
+            "type": "mrope",
+            "mrope_section": [sec // 4, (sec - sec // 4) // 2, sec - sec // 4 - (sec - sec // 4) // 2],
+        }
+        vision = dict(
+            depth=p["vision_depth"],
+            hidden_size=p["vision_hidden"],
+            intermediate_size=2 * p["vision_hidden"],
+            num_heads=max(1, p["vision_hidden"] // 32),
+            out_hidden_size=p["hidden"],
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=56,
+            fullatt_block_indexes=[p["vision_depth"] - 1],
+        )
         return Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids))
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     text["head_dim"] = head_dim
     sec = head_dim // 2
-    text["rope_scaling"] = {"rope_type": "default", "mrope_section": [sec // 4, (sec - sec // 4) // 2,
-                                                                      sec - sec // 4 - (sec - sec // 4) // 2],
-                            "mrope_interleaved": True}  # fmt: skip
-    vision = dict(depth=p["vision_depth"], hidden_size=p["vision_hidden"], intermediate_size=2 * p["vision_hidden"],
-                  num_heads=max(1, p["vision_hidden"] // 32), out_hidden_size=p["hidden"], patch_size=14,
-                  spatial_merge_size=2, temporal_patch_size=2, deepstack_visual_indexes=[])  # fmt: skip
+    text["rope_scaling"] = {
+        "rope_type": "default",
+        "mrope_section": [sec // 4, (sec - sec // 4) // 2, sec - sec // 4 - (sec - sec // 4) // 2],
+        "mrope_interleaved": True,
+    }
+    vision = dict(
+        depth=p["vision_depth"],
+        hidden_size=p["vision_hidden"],
+        intermediate_size=2 * p["vision_hidden"],
+        num_heads=max(1, p["vision_hidden"] // 32),
+        out_hidden_size=p["hidden"],
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        deepstack_visual_indexes=[],
+    )
     return Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision, **ids))
 
 
@@ -135,8 +140,10 @@ def _local_backbone(path: Path, tokenizer: PreTrainedTokenizerFast | None):
         model.resize_token_embeddings(len(tok))
     for name, token in (("image_token_id", "<|image_pad|>"), ("vision_start_token_id", "<|vision_start|>")):
         if tok.convert_tokens_to_ids(token) != getattr(model.config, name):
-            raise ValueError(f"backbone at {path}: {token} is id {tok.convert_tokens_to_ids(token)} in the "
-                             f"tokenizer but {name}={getattr(model.config, name)} in the model config")  # fmt: skip
+            raise ValueError(
+                f"backbone at {path}: {token} is id {tok.convert_tokens_to_ids(token)} in the "
+                f"tokenizer but {name}={getattr(model.config, name)} in the model config"
+            )
     return model, tok
 
 
@@ -158,8 +165,9 @@ def state_features(obs: dict[str, Any]) -> np.ndarray:
     return out
 
 
-def patchify(images: np.ndarray, mean: np.ndarray, std: np.ndarray, patch: int = 14, merge: int = 2,
-             temporal: int = 2) -> np.ndarray:  # fmt: skip
+def patchify(
+    images: np.ndarray, mean: np.ndarray, std: np.ndarray, patch: int = 14, merge: int = 2, temporal: int = 2
+) -> np.ndarray:
     """Qwen-VL pixel patches from ``[N, H, W, 3]`` uint8 images, in the layout its image processor
     produces (normalise, repeat over the temporal patch, group 2 x 2 merge blocks), vectorised."""
     x = (images.astype(np.float32) / 255.0 - mean) / std
@@ -172,8 +180,12 @@ def patchify(images: np.ndarray, mean: np.ndarray, std: np.ndarray, patch: int =
 
 
 class VLA(nn.Module):
-    def __init__(self, config: VLAConfig, tokenizer: PreTrainedTokenizerFast | None = None,
-                 expert_config: ExpertConfig | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: VLAConfig,
+        tokenizer: PreTrainedTokenizerFast | None = None,
+        expert_config: ExpertConfig | None = None,
+    ) -> None:
         super().__init__()
         torch.manual_seed(config.seed)
         self.config = config
@@ -198,14 +210,43 @@ class VLA(nn.Module):
         kv = tc.num_key_value_heads
         heads = max(kv, (tc.num_attention_heads // 2) // kv * kv)  # a multiple of the kv heads
         return ExpertConfig(
-            hidden_size=heads * head_dim, num_layers=tc.num_hidden_layers, num_heads=heads,
-            num_kv_heads=tc.num_key_value_heads, head_dim=head_dim, intermediate_size=2 * heads * head_dim,
-            state_dim=STATE_FEATURES, state_on_every_token=True,
-        )  # fmt: skip
+            hidden_size=heads * head_dim,
+            num_layers=tc.num_hidden_layers,
+            num_heads=heads,
+            num_kv_heads=tc.num_key_value_heads,
+            head_dim=head_dim,
+            intermediate_size=2 * heads * head_dim,
+            state_dim=STATE_FEATURES,
+            state_on_every_token=True,
+        )
 
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
+
+    # the parts a trainer can move: the action expert (the trajectory head), the VLM, or both
+    PARTS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "expert": ("expert.",),
+        "vlm": ("backbone.",),
+        "both": ("expert.", "backbone."),
+        "none": (),
+    }
+
+    def trainable_names(self, part: str) -> list[str]:
+        """Names of the parameters of ``part`` ("expert", "vlm", "both" or "none")."""
+        if part not in self.PARTS:
+            raise ValueError(f"unknown VLA part {part!r}; choose {sorted(self.PARTS)}")
+        return [n for n, _ in self.named_parameters() if n.startswith(self.PARTS[part])] if self.PARTS[part] else []
+
+    def set_trainable(self, part: str) -> list[nn.Parameter]:
+        """Let gradients reach ``part`` only (the rest is frozen); returns its parameters."""
+        names = set(self.trainable_names(part))
+        params = []
+        for name, p in self.named_parameters():
+            p.requires_grad_(name in names)
+            if name in names:
+                params.append(p)
+        return params
 
     # --- inputs --------------------------------------------------------------------------------------------
     def _prompt(self, obs: dict[str, Any], n_images: int, tokens_per_image: int) -> str:
@@ -213,8 +254,10 @@ class VLA(nn.Module):
         hist = "".join(history_tokens(obs["ego_history"])) if "ego_history" in obs else ""
         route = "".join(route_tokens(obs["route"])) if "route" in obs else ""
         cmd = COMMANDS[int(obs["command"])] if "command" in obs else ""
-        return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{vision}{hist}{route}{cmd} {INSTRUCTION}"
-                f"<|im_end|>\n<|im_start|>assistant\n{COT_START}")  # fmt: skip
+        return (
+            f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{vision}{hist}{route}{cmd} {INSTRUCTION}"
+            f"<|im_end|>\n<|im_start|>assistant\n{COT_START}"
+        )
 
     def prepare(self, observations: list[dict[str, Any]], reasoning: list[str] | None = None) -> dict[str, Any]:
         """Tokens, pixels and (for training) labels of a batch of observations."""
@@ -241,8 +284,12 @@ class VLA(nn.Module):
         enc["mm_token_type_ids"] = (enc["input_ids"] == self.backbone.config.image_token_id).long()
         enc["pixel_values"] = torch.from_numpy(patchify(np.stack(images), self.pixel_mean, self.pixel_std))
         enc["image_grid_thw"] = torch.tensor([[1, h // 14, w // 14]] * len(images))
-        v0 = [float(action_space.initial_speed(torch.as_tensor(o["ego_history"], dtype=torch.float32)[None])[0])
-              if "ego_history" in o else 0.0 for o in observations]  # fmt: skip
+        v0 = [
+            float(action_space.initial_speed(torch.as_tensor(o["ego_history"], dtype=torch.float32)[None])[0])
+            if "ego_history" in o
+            else 0.0
+            for o in observations
+        ]
         enc["v0"] = torch.tensor(v0)
         enc["state"] = torch.from_numpy(self.state_inputs(observations))
         return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in enc.items()}
@@ -268,8 +315,14 @@ class VLA(nn.Module):
         n = max_new_tokens or self.config.max_reasoning_tokens
         stop = [self.cot_end, self.tokenizer.eos_token_id]
         pad = self.tokenizer.pad_token_id
-        out = self.backbone.generate(**self._vlm_inputs(batch), max_new_tokens=n, do_sample=False, eos_token_id=stop,
-                                     pad_token_id=pad, return_dict_in_generate=True)  # fmt: skip
+        out = self.backbone.generate(
+            **self._vlm_inputs(batch),
+            max_new_tokens=n,
+            do_sample=False,
+            eos_token_id=stop,
+            pad_token_id=pad,
+            return_dict_in_generate=True,
+        )
         prompt_len = batch["input_ids"].shape[1]
         gen = out.sequences[:, prompt_len:]
         texts, keep = [], []
@@ -308,15 +361,31 @@ class VLA(nn.Module):
             texts, ctx, mask = self.reason(batch)
         else:
             ctx, mask = self.encode(batch)
-        u = sample_ode(self.expert, len(observations), ctx, mask, self.config.flow_steps, generator, self.device,
-                       state=batch["state"], noise_scale=noise_scale)  # fmt: skip
+        u = sample_ode(
+            self.expert,
+            len(observations),
+            ctx,
+            mask,
+            self.config.flow_steps,
+            generator,
+            self.device,
+            state=batch["state"],
+            noise_scale=noise_scale,
+        )
         traj = self.actions_to_trajectory(u, batch["v0"]).cpu().numpy().astype(np.float32)
         return [{"trajectory": traj[i], "reasoning": texts[i]} for i in range(len(observations))]
 
     # --- RL hooks ------------------------------------------------------------------------------------------------
-    def sample_with_log_prob(self, observations, noise_level: NoiseLevel = 0.5, stochastic: str = "one",
-                             generator: torch.Generator | None = None, reasoning: bool = False,
-                             temperature: float = 1.0, init_noise: float = 1.0):  # fmt: skip
+    def sample_with_log_prob(
+        self,
+        observations,
+        noise_level: NoiseLevel = 0.5,
+        stochastic: str = "one",
+        generator: torch.Generator | None = None,
+        reasoning: bool = False,
+        temperature: float = 1.0,
+        init_noise: float = 1.0,
+    ):
         """Flow-SDE sampling: trajectories, the denoising chain, its stochastic-step mask and log-probs.
 
         ``init_noise`` scales the flow's starting noise (0: explore around the deterministic plan the
@@ -356,10 +425,18 @@ class VLA(nn.Module):
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
                 torch.manual_seed(seed)
-            out = self.backbone.generate(**self._vlm_inputs(batch), max_new_tokens=self.config.max_reasoning_tokens,
-                                         do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                                         eos_token_id=stop, pad_token_id=self.tokenizer.pad_token_id,
-                                         return_dict_in_generate=True, output_logits=True)  # fmt: skip
+            out = self.backbone.generate(
+                **self._vlm_inputs(batch),
+                max_new_tokens=self.config.max_reasoning_tokens,
+                do_sample=True,
+                temperature=temperature,
+                top_k=0,
+                top_p=1.0,
+                eos_token_id=stop,
+                pad_token_id=self.tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=True,
+            )
         gen = out.sequences[:, batch["input_ids"].shape[1] :]
         valid = self._until_stop(gen)
         logits = torch.stack(out.logits, 1).float() / temperature
@@ -381,8 +458,16 @@ class VLA(nn.Module):
         ctx, mask = self.encode(batch, grad=train_vlm)
         return log_prob(self.expert, chain, smask, ctx, mask, noise_level, state=batch["state"])
 
-    def joint_log_prob(self, observations, reasoning_ids: torch.Tensor, chain, smask, noise_level: NoiseLevel = 0.5,
-                       temperature: float = 1.0, train_vlm: bool = True):  # fmt: skip
+    def joint_log_prob(
+        self,
+        observations,
+        reasoning_ids: torch.Tensor,
+        chain,
+        smask,
+        noise_level: NoiseLevel = 0.5,
+        temperature: float = 1.0,
+        train_vlm: bool = True,
+    ):
         """(reasoning token log-prob [B], trajectory chain log-prob [B]) of stored samples, with grad:
         one teacher-forced pass over prompt + reasoning gives the token logits and the expert's cache,
         as during sampling (the last generated token was never fed, so it is not in the cache)."""
@@ -420,8 +505,14 @@ class VLA(nn.Module):
         return (lp * (labels != -100)).sum(1)
 
     # --- training ----------------------------------------------------------------------------------------------
-    def losses(self, observations, reasoning: list[str], trajectories: torch.Tensor,
-               generator: torch.Generator | None = None, flow_samples: int = 1) -> dict[str, torch.Tensor]:  # fmt: skip
+    def losses(
+        self,
+        observations,
+        reasoning: list[str],
+        trajectories: torch.Tensor,
+        generator: torch.Generator | None = None,
+        flow_samples: int = 1,
+    ) -> dict[str, torch.Tensor]:
         """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing).
 
         ``flow_samples`` draws that many (time, noise) pairs per sample for the flow loss from one VLM
@@ -449,7 +540,7 @@ class VLA(nn.Module):
         self.backbone.save_pretrained(path / "backbone")  # safetensors
         self.tokenizer.save_pretrained(path / "tokenizer")
         save_file({k: v.contiguous() for k, v in self.expert.state_dict().items()}, path / "action_expert.safetensors")
-        cfg = asdict(self.config) | {"image_size": list(self.config.image_size)}
+        cfg = self.config.model_dump(mode="json")
         (path / "vla_config.json").write_text(
             json.dumps({"vla": cfg, "expert": self.expert.config.to_dict()}, indent=1)
         )
@@ -461,7 +552,7 @@ class VLA(nn.Module):
         if not cfg_file.exists():
             raise FileNotFoundError(f"{path} is not a saved VLA (no vla_config.json)")
         raw = json.loads(cfg_file.read_text())
-        cfg = VLAConfig(**(raw["vla"] | {"image_size": tuple(raw["vla"]["image_size"])}))
+        cfg = VLAConfig.model_validate(raw["vla"])
         cfg.backbone_path = str(path / "backbone")  # the saved copy, whatever it was built from
         tok = PreTrainedTokenizerFast.from_pretrained(path / "tokenizer", local_files_only=True)
         model = cls(cfg, tok, ExpertConfig(**raw["expert"]))  # as saved (older VLAs lack later options)

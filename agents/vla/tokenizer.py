@@ -16,8 +16,15 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-CHAT = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
-        "<|video_pad|>"]  # fmt: skip
+CHAT = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
 COT_START, COT_END = "<|cot_start|>", "<|cot_end|>"
 HISTORY_BINS = 256
 HISTORY = [f"<|hist_{i}|>" for i in range(HISTORY_BINS)]
@@ -32,19 +39,43 @@ DELTA_RANGES = np.array([[-0.5, 4.0], [-0.5, 0.5], [-0.1, 0.1]])
 
 def reasoning_corpus() -> list[str]:
     """Sentences in the vocabulary of the expert's Chain-of-Causation, with numbers."""
-    subjects = ["Red light", "Yellow light", "Stop sign", "Lead vehicle", "Pedestrian crossing", "Parked car",
-                "Slow vehicle", "Oncoming traffic", "Cross traffic", "A curve", "The road ahead"]  # fmt: skip
-    actions = ["decelerate to stop at the stop line", "slow down to keep a safe gap", "keep the current speed",
-               "accelerate to the speed limit", "change lanes to the left to pass it", "nudge left around it",
-               "yield before entering the junction", "stop to let them cross", "return to my lane",
-               "keep a safe following distance", "turn left", "turn right", "go straight"]  # fmt: skip
+    subjects = [
+        "Red light",
+        "Yellow light",
+        "Stop sign",
+        "Lead vehicle",
+        "Pedestrian crossing",
+        "Parked car",
+        "Slow vehicle",
+        "Oncoming traffic",
+        "Cross traffic",
+        "A curve",
+        "The road ahead",
+    ]
+    actions = [
+        "decelerate to stop at the stop line",
+        "slow down to keep a safe gap",
+        "keep the current speed",
+        "accelerate to the speed limit",
+        "change lanes to the left to pass it",
+        "nudge left around it",
+        "yield before entering the junction",
+        "stop to let them cross",
+        "return to my lane",
+        "keep a safe following distance",
+        "turn left",
+        "turn right",
+        "go straight",
+    ]
     out = []
     for (subj, act), d in zip(itertools.product(subjects, actions), itertools.cycle(range(0, 60, 7))):
         out.append(f"{subj} ahead at {d} m, so {act}.")
-    out += ["The road ahead is clear, so keep the current speed in my lane.",
-            "Parked cars beside my lane could hide a pedestrian, so slow down.",
-            "output the chain-of-thought reasoning of the driving process, then output the future trajectory",
-            "You are a driving assistant."]  # fmt: skip
+    out += [
+        "The road ahead is clear, so keep the current speed in my lane.",
+        "Parked cars beside my lane could hide a pedestrian, so slow down.",
+        "output the chain-of-thought reasoning of the driving process, then output the future trajectory",
+        "You are a driving assistant.",
+    ]
     return out
 
 
@@ -52,8 +83,12 @@ def build_tokenizer(vocab_size: int = 1024, corpus: list[str] | None = None) -> 
     tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator((corpus or reasoning_corpus()) * 4, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     fast.add_special_tokens({"additional_special_tokens": SPECIAL[1:]})

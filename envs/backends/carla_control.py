@@ -38,8 +38,9 @@ class PedalController:
     def reset(self) -> None:
         self.integral = 0.0
 
-    def __call__(self, accel: float, steer: float, speed: float, measured_accel: float,
-                 dt: float) -> tuple[float, float, float]:  # fmt: skip
+    def __call__(
+        self, accel: float, steer: float, speed: float, measured_accel: float, dt: float
+    ) -> tuple[float, float, float]:
         """(throttle, brake, steer) for a wanted ``accel`` and road-wheel angle ``steer`` (ours)."""
         g = self.g
         error = accel - measured_accel

@@ -93,8 +93,10 @@ class CarlaDriveEnv(gym.Env):
         interface.check_options(action_mode, invalid_action, observations, render_mode, n_frames)
         privileged = [o for o in observations if o in UNSUPPORTED_OBSERVATIONS]
         if privileged:
-            raise ValueError(f"observations {privileged} read the embedded world and do not exist on CARLA; "
-                             f"use {list(DEFAULT_OBSERVATIONS)}")  # fmt: skip
+            raise ValueError(
+                f"observations {privileged} read the embedded world and do not exist on CARLA; "
+                f"use {list(DEFAULT_OBSERVATIONS)}"
+            )
         self.scenarios, self.bank_name, self.bank_version = interface.load_scenarios(bank, scenario, split)
         self.action_mode = action_mode
         self.decision_every = interface.decision_period(decision_every, action_mode)
@@ -104,8 +106,10 @@ class CarlaDriveEnv(gym.Env):
         self.render_mode = render_mode
         self.composer = RewardComposer(dict(DEFAULT_REWARDS if rewards is None else rewards))
         if self.composer.needs_reference:
-            raise ValueError("reward terms that compare with the privileged expert's plan (e.g. ade_expert) need "
-                             "the embedded world; drop them for backend='carla'")  # fmt: skip
+            raise ValueError(
+                "reward terms that compare with the privileged expert's plan (e.g. ade_expert) need "
+                "the embedded world; drop them for backend='carla'"
+            )
         self.leaderboard_version = leaderboard_version
         self.n_frames = n_frames
         h, w = camera_size
@@ -273,23 +277,32 @@ class CarlaDriveEnv(gym.Env):
         if "ego_history" in keys:
             out["ego_history"] = self.history.observe_from(x, y, yaw)
         if "ego_state" in keys:
-            out["ego_state"] = np.array([speed, ep.accel, ep.yaw_rate, ep.steer, ep.frame.speed_limit, ep.lateral,
-                                         ep.heading_error], np.float32)  # fmt: skip
+            out["ego_state"] = np.array(
+                [speed, ep.accel, ep.yaw_rate, ep.steer, ep.frame.speed_limit, ep.lateral, ep.heading_error], np.float32
+            )
         if "route" in keys:
-            out["route"] = route_points_ego(ep.route_xy, ep.route_s, ep.route_s_now, obs_mod.ROUTE_SPACING,
-                                            obs_mod.ROUTE_POINTS, x, y, yaw)  # fmt: skip
+            out["route"] = route_points_ego(
+                ep.route_xy, ep.route_s, ep.route_s_now, obs_mod.ROUTE_SPACING, obs_mod.ROUTE_POINTS, x, y, yaw
+            )
         if "command" in keys:
             out["command"] = obs_mod.route_command_from_geometry(ep.route_xy, ep.route_s, ep.route_s_now)
         return out
 
     def _info(self, events: list[dict[str, Any]], terms: dict[str, float]) -> dict[str, Any]:
-        return {"scenario": self.scenario.id, "family": self.scenario.family, "t": self.world.t,
-                "reward_terms": terms, "events": events, "carla": self.setup.to_dict()}  # fmt: skip
+        return {
+            "scenario": self.scenario.id,
+            "family": self.scenario.family,
+            "t": self.world.t,
+            "reward_terms": terms,
+            "events": events,
+            "carla": self.setup.to_dict(),
+        }
 
     def episode_metrics(self) -> dict[str, Any]:
         """Summary of the episode so far: statistics, infractions, every metric suite."""
-        return interface.summarise_episode(self.world.episode_log(self._ego_track), self.world.stats(),
-                                           self._returns, self.leaderboard_version)  # fmt: skip
+        return interface.summarise_episode(
+            self.world.episode_log(self._ego_track), self.world.stats(), self._returns, self.leaderboard_version
+        )
 
     # --- rendering ----------------------------------------------------------------------------------------------
     def render(self):
@@ -301,6 +314,8 @@ class CarlaDriveEnv(gym.Env):
         """The cameras' latest images with a status line (CARLA has no BEV of ours)."""
         grid = camera_grid(self._frames[:, -1], [c.name for c in self.rig])
         ep = self.world
-        status = (f"{self.scenario.id} on {self.setup.town}  t={ep.t:5.1f}s  v={ep.frame.ego[3] * 3.6:5.1f} km/h  "
-                  f"route {100 * ep.route_completion:5.1f}%")  # fmt: skip
+        status = (
+            f"{self.scenario.id} on {self.setup.town}  t={ep.t:5.1f}s  v={ep.frame.ego[3] * 3.6:5.1f} km/h  "
+            f"route {100 * ep.route_completion:5.1f}%"
+        )
         return np.concatenate([grid, status_bar(grid.shape[1], status, caption)], 0)

@@ -116,10 +116,26 @@ class CarlaEpisode:
         x, y, yaw, speed = f.ego
         ttc, gap = self._threat()
         return EgoState(
-            self.t, x, y, yaw, speed, self.accel, self.yaw_rate, self.steer, self.route_progress,
-            self.route_completion, self.lateral, self.heading_error, f.speed_limit, self.offroad, self.route.wrong_way,
-            self.route.off_route_lanes, ttc, gap, self.stop_ahead(),
-        )  # fmt: skip
+            t=self.t,
+            x=x,
+            y=y,
+            yaw=yaw,
+            speed=speed,
+            accel=self.accel,
+            yaw_rate=self.yaw_rate,
+            steer=self.steer,
+            route_progress=self.route_progress,
+            route_completion=self.route_completion,
+            lateral=self.lateral,
+            heading_error=self.heading_error,
+            speed_limit=f.speed_limit,
+            offroad=self.offroad,
+            wrong_way=self.route.wrong_way,
+            off_route_lanes=self.route.off_route_lanes,
+            ttc=ttc,
+            lead_gap=gap,
+            stop_ahead=self.stop_ahead(),
+        )
 
     def _threat(self) -> tuple[float, float]:
         f = self.frame
@@ -189,8 +205,17 @@ class CarlaEpisode:
                 continue
             kind = actor_kind(e["other_type"])
             xy = tuple(e["other_xy"])
-            out.append(collision_event(self.t, self.frame.ego, self.frame.ego_size, f"carla:{actor}", kind, xy,
-                                       float(e.get("other_speed", 0.0))))  # fmt: skip
+            out.append(
+                collision_event(
+                    self.t,
+                    self.frame.ego,
+                    self.frame.ego_size,
+                    f"carla:{actor}",
+                    kind,
+                    xy,
+                    float(e.get("other_speed", 0.0)),
+                )
+            )
         return out
 
     def _stop_line(self, light: TrafficLight) -> float | None:
@@ -219,9 +244,14 @@ class CarlaEpisode:
     # --- the episode for the metric suites ---------------------------------------------------------------
     def episode_log(self, ego: list[EgoState]) -> EpisodeLog:
         """The episode as the suites read it, with the ego's record at every 0.1 s (the env keeps those)."""
-        return EpisodeLog(events=list(self.log), ego=list(ego), route_length=self.goal_distance, dt=DT,
-                          timed_out=self.route.blocked,
-                          distance_outside_route_lanes=self.route.distance_outside_route_lanes)  # fmt: skip
+        return EpisodeLog(
+            events=list(self.log),
+            ego=list(ego),
+            route_length=self.goal_distance,
+            dt=DT,
+            timed_out=self.route.blocked,
+            distance_outside_route_lanes=self.route.distance_outside_route_lanes,
+        )
 
     def stats(self) -> dict[str, float]:
         return {

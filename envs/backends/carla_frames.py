@@ -52,6 +52,13 @@ def camera_mount(cam) -> dict[str, float]:
     """A rig camera's mount on the ego in CARLA's terms: ``carla.Transform(carla.Location(x, y, z),
     carla.Rotation(pitch, yaw, 0))`` and its ``fov``. Ours: y left, yaw left positive, pitch down
     positive; CARLA: y right, yaw right positive, pitch up positive."""
-    return {"x": float(cam.x), "y": -float(cam.y), "z": float(cam.z), "pitch": -float(cam.pitch_deg),
-            "yaw": -float(cam.yaw_deg), "fov": float(cam.fov_deg), "width": int(cam.width),
-            "height": int(cam.height)}  # fmt: skip
+    return {
+        "x": float(cam.x),
+        "y": -float(cam.y),
+        "z": float(cam.z),
+        "pitch": -float(cam.pitch_deg),
+        "yaw": -float(cam.yaw_deg),
+        "fov": float(cam.fov_deg),
+        "width": int(cam.width),
+        "height": int(cam.height),
+    }

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from loopdrive.seeding import derive_seed
 from scenarios import Scenario
 
 
@@ -51,14 +52,21 @@ WEATHERS = ("ClearNoon", "CloudyNoon", "WetNoon", "ClearSunset", "HardRainNoon")
 def carla_setup(scenario: Scenario, seed: int = 0) -> CarlaSetup:
     """The CARLA set-up of one of our scenarios (unknown families are an error naming them)."""
     if scenario.family not in FAMILY_MAP:
-        raise ValueError(f"scenario {scenario.id!r}: family {scenario.family!r} has no CARLA mapping; "
-                         f"known: {sorted(FAMILY_MAP)}")  # fmt: skip
+        raise ValueError(
+            f"scenario {scenario.id!r}: family {scenario.family!r} has no CARLA mapping; known: {sorted(FAMILY_MAP)}"
+        )
     town, route, per_100m, walkers = FAMILY_MAP[scenario.family]
     p = scenario.params
     length = float(p.get("length", 200.0))
     density = float(p.get("density", 1.0))
     weather = str(p.get("weather", WEATHERS[seed % len(WEATHERS)]))
     route_m = max(100.0, min(length, 400.0))
-    return CarlaSetup(town=town, route=route, min_route_m=route_m,
-                      vehicles=int(round(per_100m * density * route_m / 100.0)),
-                      walkers=walkers, weather=weather, seed=(int(scenario.seed) * 1000 + seed) % 2**31)  # fmt: skip
+    return CarlaSetup(
+        town=town,
+        route=route,
+        min_route_m=route_m,
+        vehicles=int(round(per_100m * density * route_m / 100.0)),
+        walkers=walkers,
+        weather=weather,
+        seed=derive_seed(int(scenario.seed), seed),
+    )

@@ -143,8 +143,9 @@ class CarlaSession:
             bp = lib.find("sensor.camera.rgb")
             for k, v in (("image_size_x", m["width"]), ("image_size_y", m["height"]), ("fov", m["fov"])):
                 bp.set_attribute(k, str(v))
-            where = carla.Transform(carla.Location(x=m["x"], y=m["y"], z=m["z"]),
-                                    carla.Rotation(pitch=m["pitch"], yaw=m["yaw"]))  # fmt: skip
+            where = carla.Transform(
+                carla.Location(x=m["x"], y=m["y"], z=m["z"]), carla.Rotation(pitch=m["pitch"], yaw=m["yaw"])
+            )
             self._attach(cam.name, self.world.spawn_actor(bp, where, attach_to=self.ego))
         for kind in ("collision", "lane_invasion"):
             sensor = self.world.spawn_actor(lib.find(f"sensor.other.{kind}"), carla.Transform(), attach_to=self.ego)
@@ -172,8 +173,11 @@ class CarlaSession:
         controller_bp = lib.find("controller.ai.walker")
         for _ in range(setup.walkers):
             where = self.world.get_random_location_from_navigation()
-            walker = None if where is None else self.world.try_spawn_actor(
-                people[int(rng.integers(len(people)))], carla.Transform(where))  # fmt: skip
+            walker = (
+                None
+                if where is None
+                else self.world.try_spawn_actor(people[int(rng.integers(len(people)))], carla.Transform(where))
+            )
             if walker is None:
                 continue
             controller = self.world.spawn_actor(controller_bp, carla.Transform(), attach_to=walker)
@@ -217,12 +221,24 @@ class CarlaSession:
             if kind == "collision":
                 other = e.other_actor
                 loc, v = other.get_location(), other.get_velocity()
-                out.events.append({"type": "collision", "frame": f, "other_id": other.id, "other_type": other.type_id,
-                                   "other_xy": tuple(from_carla_xy(np.array([loc.x, loc.y]))),
-                                   "other_speed": float(np.hypot(v.x, v.y))})  # fmt: skip
+                out.events.append(
+                    {
+                        "type": "collision",
+                        "frame": f,
+                        "other_id": other.id,
+                        "other_type": other.type_id,
+                        "other_xy": tuple(from_carla_xy(np.array([loc.x, loc.y]))),
+                        "other_speed": float(np.hypot(v.x, v.y)),
+                    }
+                )
             else:
-                out.events.append({"type": "lane_invasion", "frame": f,
-                                   "markings": sorted({str(m.type) for m in e.crossed_lane_markings})})  # fmt: skip
+                out.events.append(
+                    {
+                        "type": "lane_invasion",
+                        "frame": f,
+                        "markings": sorted({str(m.type) for m in e.crossed_lane_markings}),
+                    }
+                )
         if not read:
             return out
         tf, v = self.ego.get_transform(), self.ego.get_velocity()
@@ -237,8 +253,9 @@ class CarlaSession:
             if light.id not in self.stop_lines:  # a light's stop line never moves
                 stops = [w.transform.location for w in light.get_stop_waypoints()]
                 self.stop_lines[light.id] = from_carla_xy(np.array([[p.x, p.y] for p in stops]).reshape(-1, 2))
-            out.light = TrafficLight(light.id, light.get_state() == carla.TrafficLightState.Red,
-                                     self.stop_lines[light.id])  # fmt: skip
+            out.light = TrafficLight(
+                light.id, light.get_state() == carla.TrafficLightState.Red, self.stop_lines[light.id]
+            )
         out.others = self._nearby(x, y)
         if len(self.stop_signs):
             near = np.hypot(*(self.stop_signs - (x, y)).T) < NEARBY_M

@@ -55,8 +55,11 @@ def project_boxes(boxes, R, cam, fx, cx, cy, width, height, near, far, faces, su
         left = right = above = True
         for j in range(8):
             for r in range(3):
-                pc[j, r] = (R[r, 0] * (verts[j, 0] - cam[0]) + R[r, 1] * (verts[j, 1] - cam[1])
-                            + R[r, 2] * (verts[j, 2] - cam[2]))  # fmt: skip
+                pc[j, r] = (
+                    R[r, 0] * (verts[j, 0] - cam[0])
+                    + R[r, 1] * (verts[j, 1] - cam[1])
+                    + R[r, 2] * (verts[j, 2] - cam[2])
+                )
             z = max(pc[j, 2], 1e-3)
             uv[j, 0] = fx * pc[j, 0] / z + cx
             uv[j, 1] = fx * pc[j, 1] / z + cy

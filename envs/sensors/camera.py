@@ -151,8 +151,7 @@ def _props(road_map: RoadMap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             boxes += [(p[0], p[1], 0.0, h + math.pi, 0.1, 0.1, 2.0), (p[0], p[1], 2.0, h + math.pi, 0.08, 0.8, 0.8)]
             colours += [(120, 120, 120), (200, 20, 20)]
             signal += [-1, -1]
-    return (np.array(boxes, float).reshape(-1, 7), np.array(colours, float).reshape(-1, 3),
-            np.array(signal, np.int64))  # fmt: skip
+    return (np.array(boxes, float).reshape(-1, 7), np.array(colours, float).reshape(-1, 3), np.array(signal, np.int64))
 
 
 def _paint_texture(road_map: RoadMap, layers: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -281,16 +280,27 @@ class CameraRenderer:
         idx = np.flatnonzero(st.active)
         idx = idx[idx > 0]
         kind = a.kind[idx]
-        body = np.stack([st.x[idx], st.y[idx], np.zeros(len(idx)), st.yaw[idx], a.length[idx], a.width[idx],
-                         a.height[idx]], 1)  # fmt: skip
+        body = np.stack(
+            [st.x[idx], st.y[idx], np.zeros(len(idx)), st.yaw[idx], a.length[idx], a.width[idx], a.height[idx]], 1
+        )
         colour = VEHICLE_PALETTE[idx % len(VEHICLE_PALETTE)].astype(float)
         colour[kind == Kind.PEDESTRIAN] = PEDESTRIAN_COLOUR
         colour[kind == Kind.STATIC] = STATIC_COLOUR
         car = ((kind == Kind.VEHICLE) | (kind == Kind.CYCLIST)) & (body[:, 6] < 2.5)
         cb = body[car]
         back = 0.1 * cb[:, 4]
-        cabin = np.stack([cb[:, 0] - back * np.cos(cb[:, 3]), cb[:, 1] - back * np.sin(cb[:, 3]), 0.55 * cb[:, 6],
-                          cb[:, 3], 0.5 * cb[:, 4], 0.85 * cb[:, 5], 0.5 * cb[:, 6]], 1)  # fmt: skip
+        cabin = np.stack(
+            [
+                cb[:, 0] - back * np.cos(cb[:, 3]),
+                cb[:, 1] - back * np.sin(cb[:, 3]),
+                0.55 * cb[:, 6],
+                cb[:, 3],
+                0.5 * cb[:, 4],
+                0.85 * cb[:, 5],
+                0.5 * cb[:, 6],
+            ],
+            1,
+        )
         lamps = np.full(len(body) + len(cabin) + len(geom.props), -1, np.int64)
         if len(geom.props):
             states = world.signal_states()

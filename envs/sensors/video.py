@@ -52,8 +52,9 @@ def camera_grid(tiles: np.ndarray, names: Sequence[str]) -> np.ndarray:
     for i in range(n):
         r, c = divmod(i, cols)
         grid[r * h : (r + 1) * h, c * w : (c + 1) * w] = tiles[i]
-        cv2.putText(grid, names[i], (c * w + 4, r * h + 12), cv2.FONT_HERSHEY_SIMPLEX, 0.35, (255, 255, 255), 1,
-                    cv2.LINE_AA)  # fmt: skip
+        cv2.putText(
+            grid, names[i], (c * w + 4, r * h + 12), cv2.FONT_HERSHEY_SIMPLEX, 0.35, (255, 255, 255), 1, cv2.LINE_AA
+        )
     return grid
 
 

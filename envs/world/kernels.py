@@ -73,12 +73,37 @@ def _lane_index(p_lanes, p_lane_start, p, s):
 
 @njit(cache=True)
 def traffic_accel(
-    rows, x, y, yaw, speed, active, path_id, s, d,
-    length, width, desired, follows_limit, T, s0, a_max, b, reacts,
-    members, obstacles,
-    p_lanes, p_lane_start, p_xy, p_s, p_h, p_n,
-    lane_limit, stop_s, stop_sig, sig_state,
-):  # fmt: skip
+    rows,
+    x,
+    y,
+    yaw,
+    speed,
+    active,
+    path_id,
+    s,
+    d,
+    length,
+    width,
+    desired,
+    follows_limit,
+    T,
+    s0,
+    a_max,
+    b,
+    reacts,
+    members,
+    obstacles,
+    p_lanes,
+    p_lane_start,
+    p_xy,
+    p_s,
+    p_h,
+    p_n,
+    lane_limit,
+    stop_s,
+    stop_sig,
+    sig_state,
+):
     """IDM acceleration of every path-following actor in ``rows``: the tightest constraint wins.
 
     Constraints: the nearest actor ahead on a lane of the actor's path (lane matching over members
@@ -243,8 +268,31 @@ def ego_contacts(x, y, yaw, length, width, active):
 
 
 @njit(cache=True)
-def advance_path_actors(rows, acc, t, dt, mode, mode_t, speed, accel, s, d, lc_d0, brake_decel, brake_hold,
-                        lc_duration, active, path_id, x, y, yaw, p_xy, p_s, p_h, p_n):  # fmt: skip
+def advance_path_actors(
+    rows,
+    acc,
+    t,
+    dt,
+    mode,
+    mode_t,
+    speed,
+    accel,
+    s,
+    d,
+    lc_d0,
+    brake_decel,
+    brake_hold,
+    lc_duration,
+    active,
+    path_id,
+    x,
+    y,
+    yaw,
+    p_xy,
+    p_s,
+    p_h,
+    p_n,
+):
     """Integrate speed, arc length and lane-change offset of path actors, advance behaviour phases,
     and place them on their paths. An actor reaching the end of its path leaves the map.
 
@@ -356,8 +404,24 @@ def due_triggers(mode, active, has_trigger, trigger_time, trigger_distance, x, y
 
 
 @njit(cache=True)
-def state_features(out, offset, x, y, yaw, speed, active, length, width, route_xy, route_s, route_s0, n_route,
-                   spacing, n_neigh, max_range):  # fmt: skip
+def state_features(
+    out,
+    offset,
+    x,
+    y,
+    yaw,
+    speed,
+    active,
+    length,
+    width,
+    route_xy,
+    route_s,
+    route_s0,
+    n_route,
+    spacing,
+    n_neigh,
+    max_range,
+):
     """Route points (every other of ``n_route``, scaled) and neighbour features, written from ``offset``."""
     pts = route_points_ego(route_xy, route_s, route_s0, spacing, n_route, x[0], y[0], yaw[0])
     k = offset
@@ -369,8 +433,9 @@ def state_features(out, offset, x, y, yaw, speed, active, length, width, route_x
 
 
 @njit(cache=True)
-def ego_bicycle(x, y, yaw, speed, accel, steer, accel_cmd, steer_cmd, dt, a_min, a_max, max_steer, max_rate,
-                max_speed, wheelbase):  # fmt: skip
+def ego_bicycle(
+    x, y, yaw, speed, accel, steer, accel_cmd, steer_cmd, dt, a_min, a_max, max_steer, max_rate, max_speed, wheelbase
+):
     """Kinematic bicycle (centre-of-mass reference) with actuator limits; updates row 0 in place.
 
     Returns the new wheel angle, yaw rate and distance travelled.

@@ -99,10 +99,26 @@ class World:
         st, a = self.state, self.compiled.actors
         ttc, gap = kernels.ego_threat(st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width, 0.3)
         return EgoState(
-            st.t, float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]), float(st.accel[0]),
-            st.yaw_rate, st.steer, self.route_progress, self.route_completion, st.lateral, st.heading_error,
-            st.speed_limit, st.offroad, st.route.wrong_way, st.route.off_route_lanes, ttc, gap, self.stop_ahead(),
-        )  # fmt: skip
+            t=st.t,
+            x=float(st.x[0]),
+            y=float(st.y[0]),
+            yaw=float(st.yaw[0]),
+            speed=float(st.speed[0]),
+            accel=float(st.accel[0]),
+            yaw_rate=st.yaw_rate,
+            steer=st.steer,
+            route_progress=self.route_progress,
+            route_completion=self.route_completion,
+            lateral=st.lateral,
+            heading_error=st.heading_error,
+            speed_limit=st.speed_limit,
+            offroad=st.offroad,
+            wrong_way=st.route.wrong_way,
+            off_route_lanes=st.route.off_route_lanes,
+            ttc=ttc,
+            lead_gap=gap,
+            stop_ahead=self.stop_ahead(),
+        )
 
     def stop_ahead(self) -> float:
         """Metres from the front bumper to the next stop line the ego must stop at: a red light, or a
@@ -169,17 +185,31 @@ class World:
     def _move_ego(self, accel: float, steer: float) -> None:
         st = self.state
         st.steer, st.yaw_rate, moved = kernels.ego_bicycle(
-            st.x, st.y, st.yaw, st.speed, st.accel, st.steer, accel, steer, DT, ACCEL_LIMITS[0], ACCEL_LIMITS[1],
-            MAX_STEER, MAX_STEER_RATE, MAX_SPEED, WHEELBASE,
-        )  # fmt: skip
+            st.x,
+            st.y,
+            st.yaw,
+            st.speed,
+            st.accel,
+            st.steer,
+            accel,
+            steer,
+            DT,
+            ACCEL_LIMITS[0],
+            ACCEL_LIMITS[1],
+            MAX_STEER,
+            MAX_STEER_RATE,
+            MAX_SPEED,
+            WHEELBASE,
+        )
         st.distance += moved
 
     def _fire_triggers(self) -> None:
         st, a = self.state, self.compiled.actors
         if not st.pending_triggers:
             return
-        due = kernels.due_triggers(st.mode, st.active, self._has_trigger, a.trigger_time, a.trigger_distance, st.x,
-                                   st.y, st.t)  # fmt: skip
+        due = kernels.due_triggers(
+            st.mode, st.active, self._has_trigger, a.trigger_time, a.trigger_distance, st.x, st.y, st.t
+        )
         for i in due:
             beh = a.behaviour[i]
             if beh == Behaviour.HARD_BRAKE:
@@ -197,9 +227,30 @@ class World:
     def _move_path_actors(self, rows: np.ndarray, acc: np.ndarray) -> None:
         st, a, p = self.state, self.compiled.actors, self.compiled.paths
         kernels.advance_path_actors(
-            rows, acc, st.t, DT, st.mode, st.mode_t, st.speed, st.accel, st.s, st.d, st.lc_d0, a.brake_decel,
-            a.brake_hold, a.lc_duration, st.active, st.path_id, st.x, st.y, st.yaw, p.xy, p.s, p.heading, p.n_points,
-        )  # fmt: skip
+            rows,
+            acc,
+            st.t,
+            DT,
+            st.mode,
+            st.mode_t,
+            st.speed,
+            st.accel,
+            st.s,
+            st.d,
+            st.lc_d0,
+            a.brake_decel,
+            a.brake_hold,
+            a.lc_duration,
+            st.active,
+            st.path_id,
+            st.x,
+            st.y,
+            st.yaw,
+            p.xy,
+            p.s,
+            p.heading,
+            p.n_points,
+        )
 
     def _move_walkers(self) -> None:
         st, c = self.state, self.compiled
@@ -232,9 +283,22 @@ class World:
         the off-road flag and the contact mask, which the same compiled call computes."""
         st, c, a, g = self.state, self.compiled, self.compiled.actors, self.compiled.drivable
         s, lat, k, offroad, contact = kernels.ego_checks(
-            c.route_xy, c.route_s, st.route_seg, full, st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width,
-            g.mask, g.origin[0], g.origin[1], g.res,
-        )  # fmt: skip
+            c.route_xy,
+            c.route_s,
+            st.route_seg,
+            full,
+            st.x,
+            st.y,
+            st.yaw,
+            st.speed,
+            st.active,
+            a.length,
+            a.width,
+            g.mask,
+            g.origin[0],
+            g.origin[1],
+            g.res,
+        )
         st.route_seg, st.route_s, st.lateral = k, s, lat
         st.speed_limit = c.route_speed_limit[k]
         st.heading_error = (float(st.yaw[0]) - c.route_heading[k] + math.pi) % (2 * math.pi) - math.pi
@@ -280,8 +344,9 @@ class World:
             wrong = False
             off_route = lane == NONE or (lane == JUNCTION and abs(st.lateral) > 4.0)
         lane_id = c.lane_ids[lane] if lane >= 0 else None
-        events += st.route.update(t, DT, st.progress - prev_progress, self.route_progress, st.lateral, ego[3],
-                                  wrong, off_route, lane_id)  # fmt: skip
+        events += st.route.update(
+            t, DT, st.progress - prev_progress, self.route_progress, st.lateral, ego[3], wrong, off_route, lane_id
+        )
         self.log.extend(events)
         return events
 

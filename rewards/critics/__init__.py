@@ -22,5 +22,13 @@ def make_critic(spec: str = "rules", **options) -> Critic:
     raise ValueError(f"unknown critic {spec!r}: use 'rules', 'hf:/path/to/model' or an http(s):// URL")
 
 
-__all__ = ["ConsistencyScore", "Critic", "RulesCritic", "claimed_actions", "claimed_causes", "make_critic",
-           "parse_scores", "rubric_prompt"]  # fmt: skip
+__all__ = [
+    "ConsistencyScore",
+    "Critic",
+    "RulesCritic",
+    "claimed_actions",
+    "claimed_causes",
+    "make_critic",
+    "parse_scores",
+    "rubric_prompt",
+]

@@ -23,8 +23,12 @@ class ConsistencyScore:
         return 0.5 * (self.behaviour + self.grounding)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"behaviour": self.behaviour, "grounding": self.grounding, "overall": self.overall,
-                "details": self.details}  # fmt: skip
+        return {
+            "behaviour": self.behaviour,
+            "grounding": self.grounding,
+            "overall": self.overall,
+            "details": self.details,
+        }
 
 
 class Critic(Protocol):
@@ -47,8 +51,11 @@ _SCORE = re.compile(r"(behaviou?r|grounding)\s*[:=]\s*(\d+(?:\.\d+)?)\s*(?:/\s*(
 
 
 def rubric_prompt(reasoning: str, meta_actions: set[str], causes: set[str]) -> str:
-    return RUBRIC.format(actions=", ".join(sorted(meta_actions)) or "none", causes=", ".join(sorted(causes)) or "none",
-                         reasoning=reasoning.replace('"', "'")[:2000])  # fmt: skip
+    return RUBRIC.format(
+        actions=", ".join(sorted(meta_actions)) or "none",
+        causes=", ".join(sorted(causes)) or "none",
+        reasoning=reasoning.replace('"', "'")[:2000],
+    )
 
 
 def parse_scores(text: str) -> tuple[float, float] | None:
@@ -64,8 +71,9 @@ def parse_scores(text: str) -> tuple[float, float] | None:
     return found["behaviour"], found["grounding"]
 
 
-def scores_from_answers(items: list[tuple[str, set[str], set[str]]], answers: list[str],
-                        fallback: Critic) -> list[ConsistencyScore]:  # fmt: skip
+def scores_from_answers(
+    items: list[tuple[str, set[str], set[str]]], answers: list[str], fallback: Critic
+) -> list[ConsistencyScore]:
     """Parse LM answers into scores; an unparseable answer falls back to ``fallback`` (``parsed: False``)."""
     out = []
     for item, answer in zip(items, answers):

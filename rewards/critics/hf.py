@@ -34,12 +34,15 @@ class HFCritic:
             tok.pad_token = tok.eos_token or tok.unk_token
         tok.padding_side = "left"
         if getattr(tok, "chat_template", None):
-            prompts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                               add_generation_prompt=True) for p in prompts]  # fmt: skip
+            prompts = [
+                tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+                for p in prompts
+            ]
         enc = tok(prompts, return_tensors="pt", padding=True).to(self.device)
         with self.torch.no_grad():
-            out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                      pad_token_id=tok.pad_token_id)  # fmt: skip
+            out = self.model.generate(
+                **enc, max_new_tokens=self.max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id
+            )
         return tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
     def complete(self, prompts: list[str]) -> list[str]:

@@ -26,8 +26,17 @@ class CriticHTTPError(RuntimeError):
 class HTTPCritic:
     name = "http"
 
-    def __init__(self, base_url: str, model: str = "critic", token: str | None = None, timeout: float = 30.0,
-                 retries: int = 3, backoff: float = 0.5, workers: int = 8, cache_size: int = 4096) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        model: str = "critic",
+        token: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        workers: int = 8,
+        cache_size: int = 4096,
+    ) -> None:
         self.url = base_url.rstrip("/") + "/v1/chat/completions"
         self.model, self.timeout, self.retries, self.backoff, self.workers = model, timeout, retries, backoff, workers
         self.token = token if token is not None else os.environ.get("LOOPDRIVE_CRITIC_TOKEN")
@@ -40,8 +49,14 @@ class HTTPCritic:
         key = hashlib.sha256(prompt.encode()).hexdigest()
         if key in self.cache:
             return self.cache[key]
-        body = json.dumps({"model": self.model, "temperature": 0.0, "max_tokens": 32,
-                           "messages": [{"role": "user", "content": prompt}]}).encode()  # fmt: skip
+        body = json.dumps(
+            {
+                "model": self.model,
+                "temperature": 0.0,
+                "max_tokens": 32,
+                "messages": [{"role": "user", "content": prompt}],
+            }
+        ).encode()
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"

@@ -58,10 +58,15 @@ COMPATIBLE = {  # a claim is also satisfied by these executed actions
     "nudge_right": {"nudge_right", "lane_change_right"},
 }
 CONTRADICTS = {
-    "accelerate": {"stop", "decelerate"}, "decelerate": {"accelerate"}, "stop": {"accelerate", "keep_speed"},
-    "keep_speed": {"stop"}, "turn_left": {"turn_right"}, "turn_right": {"turn_left"},
-    "lane_change_left": {"lane_change_right"}, "lane_change_right": {"lane_change_left"},
-}  # fmt: skip
+    "accelerate": {"stop", "decelerate"},
+    "decelerate": {"accelerate"},
+    "stop": {"accelerate", "keep_speed"},
+    "keep_speed": {"stop"},
+    "turn_left": {"turn_right"},
+    "turn_right": {"turn_left"},
+    "lane_change_left": {"lane_change_right"},
+    "lane_change_right": {"lane_change_left"},
+}
 _NEGATION = re.compile(r"\b(no|not|without|nor|never|isn't|aren't|there is no|there are no)\b[^.,;]{0,25}$", re.I)
 _CLEAR = re.compile(r"^\W*(\w+\W+){0,2}(is|are)\s+(clear|empty|free|gone)\b", re.I)  # "oncoming lane is clear"
 
@@ -93,8 +98,9 @@ class RulesCritic:
         executed = set(meta_actions)
         if actions:
             hits = sum(1 for a in actions if COMPATIBLE.get(a, {a}) & executed)
-            contradictions = sorted(a for a in actions if CONTRADICTS.get(a, set()) & executed and not
-                                    COMPATIBLE.get(a, {a}) & executed)  # fmt: skip
+            contradictions = sorted(
+                a for a in actions if CONTRADICTS.get(a, set()) & executed and not COMPATIBLE.get(a, {a}) & executed
+            )
             behaviour = hits / len(actions) * (0.5 if contradictions else 1.0)
         else:
             contradictions, behaviour = [], 0.5  # says nothing checkable about what it did
@@ -104,10 +110,17 @@ class RulesCritic:
             grounding = len(grounded) / len(named)
         else:
             grounded, grounding = [], 0.5
-        return ConsistencyScore(behaviour, grounding, {
-            "claimed_actions": sorted(actions), "claimed_causes": sorted(named), "contradictions": contradictions,
-            "grounded_causes": grounded, "hallucinated_causes": sorted(named - set(grounded)),
-        })  # fmt: skip
+        return ConsistencyScore(
+            behaviour,
+            grounding,
+            {
+                "claimed_actions": sorted(actions),
+                "claimed_causes": sorted(named),
+                "contradictions": contradictions,
+                "grounded_causes": grounded,
+                "hallucinated_causes": sorted(named - set(grounded)),
+            },
+        )
 
     def score_batch(self, items):
         return [self.score(*it) for it in items]

@@ -44,13 +44,24 @@ def motion_from_track(track: Sequence[Any], k: int, steps: int) -> np.ndarray:
 class ImaginedCameras:
     """The rig's frames, decision by decision, from a world model warm-started on real frames."""
 
-    def __init__(self, path: str | Path, cameras: int, n_frames: int, decision_every: int,
-                 camera_size: tuple[int, int], noise_scale: float = 0.0, seed: int = 0,
-                 device: str = "cpu") -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: str | Path,
+        cameras: int,
+        n_frames: int,
+        decision_every: int,
+        camera_size: tuple[int, int],
+        noise_scale: float = 0.0,
+        seed: int = 0,
+        device: str = "cpu",
+    ) -> None:
         self.model = WorldModel.from_pretrained(path, device=device)
         c = self.model.config
-        for name, env_value, model_value in (("camera rig size", cameras, c.cameras), ("n_frames", n_frames, c.frames),
-                                             ("decision_every", decision_every, c.decision_every)):  # fmt: skip
+        for name, env_value, model_value in (
+            ("camera rig size", cameras, c.cameras),
+            ("n_frames", n_frames, c.frames),
+            ("decision_every", decision_every, c.decision_every),
+        ):
             if env_value != model_value:
                 raise ValueError(f"world model {path}: trained with {name} {model_value}, the env has {env_value}")
         self.camera_size = tuple(camera_size)

@@ -55,8 +55,10 @@ class WorldModelConfig:
         self.image_size, self.channels = tuple(self.image_size), tuple(self.channels)
         scale = self.patch * 2 ** (len(self.channels) - 1)
         if self.image_size[0] % scale or self.image_size[1] % scale:
-            raise ValueError(f"world model image_size {self.image_size} must be a multiple of {scale} "
-                             f"for {len(self.channels)} U-Net levels")  # fmt: skip
+            raise ValueError(
+                f"world model image_size {self.image_size} must be a multiple of {scale} "
+                f"for {len(self.channels)} U-Net levels"
+            )
         if any(c % 8 for c in self.channels):
             raise ValueError(f"world model channels {self.channels} must be multiples of 8 (GroupNorm)")
 
@@ -174,8 +176,15 @@ class WorldModel(nn.Module):
         return (self.denoise(x, t, context, motion, camera) - x) / (1 - t).clamp(min=0.05).view(-1, 1, 1, 1)
 
     # --- training ----------------------------------------------------------------------------------------------
-    def loss(self, context: torch.Tensor, target: torch.Tensor, motion: torch.Tensor, camera: torch.Tensor,
-             generator: torch.Generator | None = None, relative: float | None = None) -> torch.Tensor:  # fmt: skip
+    def loss(
+        self,
+        context: torch.Tensor,
+        target: torch.Tensor,
+        motion: torch.Tensor,
+        camera: torch.Tensor,
+        generator: torch.Generator | None = None,
+        relative: float | None = None,
+    ) -> torch.Tensor:
         """Flow-matching loss on pixels (``context`` from :meth:`pixels`, uint8 ``target``) in its clean-
         estimate form: the MSE between the network's x_hat and the true change.
 
@@ -199,8 +208,15 @@ class WorldModel(nn.Module):
         return noise_scale * torch.randn(shape, generator=generator, device=context.device)
 
     @torch.no_grad()
-    def predict(self, context: torch.Tensor, motion: torch.Tensor, camera: torch.Tensor, noise_scale: float = 0.0,
-                generator: torch.Generator | None = None, steps: int | None = None) -> np.ndarray:  # fmt: skip
+    def predict(
+        self,
+        context: torch.Tensor,
+        motion: torch.Tensor,
+        camera: torch.Tensor,
+        noise_scale: float = 0.0,
+        generator: torch.Generator | None = None,
+        steps: int | None = None,
+    ) -> np.ndarray:
         """Euler integration of the flow -> the next decision's frames, uint8 ``[B, F, H, W, 3]``."""
         n = steps or self.config.flow_steps
         x = self._start(context, noise_scale, generator)
@@ -209,8 +225,9 @@ class WorldModel(nn.Module):
             x = x + self.velocity(x, t, context, motion, camera) / n
         return self.to_uint8(x, context)
 
-    def sde_step(self, x: torch.Tensor, v: torch.Tensor, i: int, noise_level: float,
-                 steps: int | None = None) -> tuple[torch.Tensor, float]:  # fmt: skip
+    def sde_step(
+        self, x: torch.Tensor, v: torch.Tensor, i: int, noise_level: float, steps: int | None = None
+    ) -> tuple[torch.Tensor, float]:
         """Mean and std of Gaussian step ``i`` of ``steps`` of the Flow-GRPO SDE (s = 1 - t counts down from
         noise). More steps than the ODE's make the last steps' injected noise small."""
         n = steps or self.config.flow_steps
@@ -220,9 +237,16 @@ class WorldModel(nn.Module):
         return x * (1 - sigma**2 / (2 * s * n)) + v * drift / n, sigma / math.sqrt(n)
 
     @torch.no_grad()
-    def sample_sde(self, context, motion, camera, noise_level: float = 0.7, noise_scale: float = 1.0,
-                   generator: torch.Generator | None = None,
-                   steps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def sample_sde(
+        self,
+        context,
+        motion,
+        camera,
+        noise_level: float = 0.7,
+        noise_scale: float = 1.0,
+        generator: torch.Generator | None = None,
+        steps: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Every step stochastic: (chain ``[steps + 1, B, C, H, W]``, per-step log-probs ``[B, steps]``)."""
         n = steps or self.config.flow_steps
         x = self._start(context, noise_scale, generator)
@@ -235,8 +259,14 @@ class WorldModel(nn.Module):
             chain.append(x)
         return torch.stack(chain), torch.stack(logps, 1)
 
-    def step_log_probs(self, chain: torch.Tensor, context, motion, camera, noise_level: float = 0.7,
-                       ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def step_log_probs(
+        self,
+        chain: torch.Tensor,
+        context,
+        motion,
+        camera,
+        noise_level: float = 0.7,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-step log-probs ``[B, steps]`` of a stored chain under the current weights (with grad), and the
         step means ``[steps, B, ...]`` (for a closed-form KL to a reference)."""
         n = chain.shape[0] - 1

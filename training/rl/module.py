@@ -49,8 +49,9 @@ def as_noise_level(level: float | list[float]) -> float | tuple[float, ...]:
 class ValueHead(nn.Module):
     def __init__(self, hidden: int = 64) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(STATE_FEATURES, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                 nn.Linear(hidden, 1))  # fmt: skip
+        self.net = nn.Sequential(
+            nn.Linear(STATE_FEATURES, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1)
+        )
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return self.net(features).squeeze(-1)
@@ -70,8 +71,7 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         self.reasoning = bool(mc.get("reasoning", False))
         self.temperature = float(mc.get("temperature", 1.0))
         self.init_noise = float(mc.get("init_noise", 1.0))
-        if mc.get("train") == "expert":  # the policy gradient moves the flow head only (and the value head)
-            self.vla.backbone.requires_grad_(False)
+        self.vla.set_trainable(str(mc.get("train", "both")))  # what the policy gradient moves (+ the value head)
         self.value_head = ValueHead()
         self.generator = torch.Generator().manual_seed(int(mc.get("seed", 0)))
 
@@ -85,9 +85,15 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         obs = observations_from_batch(batch[Columns.OBS])
         n = len(obs)
         with torch.no_grad():
-            sampled = self.vla.sample_with_log_prob(obs, self.noise_level, self.stochastic, self.generator,
-                                                    reasoning=self.reasoning, temperature=self.temperature,
-                                                    init_noise=self.init_noise)  # fmt: skip
+            sampled = self.vla.sample_with_log_prob(
+                obs,
+                self.noise_level,
+                self.stochastic,
+                self.generator,
+                reasoning=self.reasoning,
+                temperature=self.temperature,
+                init_noise=self.init_noise,
+            )
         traj, chain, smask, logp = sampled[:4]
         out = {
             Columns.ACTIONS: traj.float(),
@@ -99,8 +105,12 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
             ids, text_logp = sampled[4], sampled[5]
             padded = torch.full((n, self.vla.config.max_reasoning_tokens), -1, dtype=torch.long)
             padded[:, : ids.shape[1]] = ids  # a fixed width, so RLlib can stack the decisions of an episode
-            out |= {REASONING_IDS: padded, TEXT_LOGP: text_logp.float(), TRAJ_LOGP: logp.float(),
-                    Columns.ACTION_LOGP: (logp + text_logp).float()}  # fmt: skip
+            out |= {
+                REASONING_IDS: padded,
+                TEXT_LOGP: text_logp.float(),
+                TRAJ_LOGP: logp.float(),
+                Columns.ACTION_LOGP: (logp + text_logp).float(),
+            }
         return out
 
     # --- learning -------------------------------------------------------------------------------------------
@@ -109,8 +119,9 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         chain = torch.as_tensor(batch[CHAIN]).transpose(0, 1).to(self.vla.device)
         smask = torch.as_tensor(batch[SMASK]).bool()
         if self.reasoning:
-            text, traj = self.vla.joint_log_prob(obs, torch.as_tensor(batch[REASONING_IDS]), chain, smask,
-                                                 self.noise_level, self.temperature)  # fmt: skip
+            text, traj = self.vla.joint_log_prob(
+                obs, torch.as_tensor(batch[REASONING_IDS]), chain, smask, self.noise_level, self.temperature
+            )
             return {Columns.ACTION_LOGP: text + traj}
         logp = self.vla.chain_log_prob(obs, chain, smask, self.noise_level)
         return {Columns.ACTION_LOGP: logp}

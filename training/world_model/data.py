@@ -14,8 +14,9 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
-from envs.backends.world_model import decision_motion
+from envs.backends.world_model import WorldModel, decision_motion
 from training.data import DrivingDataset
 
 
@@ -33,8 +34,9 @@ class FrameSequences:
         self.decision_every = int(card["decision_every"])
         self.cameras = a["cameras"]  # [N, cams, F, H, W, 3]
         self.context = context
-        self.motion = np.stack([decision_motion(tgt[: self.decision_every, :2], v)
-                                for tgt, v in zip(a["target"], a["speed0"])])  # fmt: skip
+        self.motion = np.stack(
+            [decision_motion(tgt[: self.decision_every, :2], v) for tgt, v in zip(a["target"], a["speed0"])]
+        )
         period = 0.1 * self.decision_every
         ep, t = a["episode"], a["t"]
         follows = np.zeros(len(ep), bool)  # sample i + 1 is the decision right after sample i
@@ -73,7 +75,17 @@ class FrameSequences:
         """Held-out starts with ``horizon`` consecutive decisions after them (up to ``limit``, spread out)."""
         ok = [i for i in self.val_pairs if all(self.follows[i + h] for h in range(horizon))]
         if not ok:
-            raise ValueError(f"no held-out sequence of {horizon} consecutive decisions: collect more data, "
-                             "or lower world.horizons")  # fmt: skip
+            raise ValueError(
+                f"no held-out sequence of {horizon} consecutive decisions: collect more data, or lower world.horizons"
+            )
         rng = np.random.default_rng(seed)
         return np.sort(rng.choice(ok, size=min(limit, len(ok)), replace=False))
+
+
+def per_camera(pairs: Pairs, model: WorldModel) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, torch.Tensor]:
+    """Every camera a row: (context pixels, motion, uint8 target, camera ids)."""
+    b, k, cams = pairs.context.shape[:3]
+    ctx = pairs.context.swapaxes(1, 2).reshape(b * cams, k, *pairs.context.shape[3:])
+    motion = torch.from_numpy(np.repeat(pairs.motion, cams, 0))
+    camera = torch.arange(cams).repeat(b)
+    return model.pixels(ctx), motion, pairs.target.reshape(b * cams, *pairs.target.shape[2:]), camera

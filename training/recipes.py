@@ -1,8 +1,21 @@
 """Recipes: one TOML file per run, validated, with ``--set a.b=value`` overrides.
 
-A recipe names its ``algorithm`` and has a section per part: ``[data]`` (what to collect or read),
-``[model]`` (the VLA), ``[train]`` (optimisation), ``[eval]`` (periodic closed-loop evaluation),
-``[checkpoint]``. Unknown keys are errors, reported with the file and the dotted key.
+A recipe names its ``algorithm``, and each algorithm has its own recipe type with exactly the sections
+it reads (an unknown section or key is an error naming the file and the dotted key):
+
+=============== ==============================================================================
+``sft``         ``[data]`` (what to collect or read), ``[model]`` (the VLA), ``[train]``
+``grpo``        ``[data]`` (the observation set-up; the behaviour-cloning anchor), ``[rl]``
+``ppo``         ``[data]``, ``[rl]`` (with PPO's critic and GAE settings)
+``ppo_sb3``     ``[rl]`` (bank and rewards), ``[sb3]``
+``world_model`` ``[data]``, ``[train]``, ``[world]``
+``ddrl``        ``[data]``, ``[train]``, ``[world]``, ``[ddrl]``
+=============== ==============================================================================
+
+Every recipe also has ``seed``, ``init_from``, ``[eval]`` (closed-loop evaluation) and ``[checkpoint]``.
+The sections embed the settings of the parts they configure rather than copying them: ``[data]`` is
+:class:`training.data.CollectSettings` plus where the data lives, ``[model]`` is the VLA's own
+:class:`agents.vla.VLAConfig`.
 """
 
 from __future__ import annotations
@@ -10,11 +23,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from evaluation.config import describe, read_toml
+from agents.vla.config import VLAConfig
+from evaluation.config import read_toml
+from training.data.settings import CollectSettings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -36,36 +51,21 @@ class _Section(BaseModel):
         return None if v == "all" else v
 
 
-class DataSection(_Section):
+class DataSection(CollectSettings):
+    """The recipe's driving data: collected into ``path`` (when ``collect``) with these settings."""
+
     path: str = "data/train.zarr"  # collected here when missing (or incomplete)
     collect: bool = True
-    bank: str = "core"
-    split: str | None = "train"
-    agent: str = "expert"
-    seeds: int = Field(1, ge=1)
-    scenarios: list[str] | None = None
-    max_episodes: int | None = Field(None, ge=1)
-    rig: str = "alpamayo4"
-    camera_size: tuple[int, int] = (128, 256)
-    n_frames: int = Field(4, ge=1)
-    decision_every: int = Field(5, ge=1)
-    teacher: str = "template"
-    filter_threshold: float = Field(0.5, ge=0, le=1)
-    perturb_fraction: float = Field(0.0, ge=0, le=1)
-    target: Literal["executed", "plan"] = "executed"  # the future driven, or the agent's plan at the decision
-    max_gb: float = 8.0
+    max_gb: float = 8.0  # the in-memory loader refuses larger datasets
 
-
-class ModelSection(_Section):
-    backbone: Literal["qwen2_5_vl", "qwen3_vl"] = "qwen2_5_vl"
-    size: Literal["tiny", "small"] = "tiny"
-    backbone_path: str | None = None
-    image_size: tuple[int, int] = (56, 112)
-    max_reasoning_tokens: int = 40
-    flow_steps: int = 10
+    def settings(self) -> CollectSettings:
+        """The collection settings alone (what ``collect`` and the dataset's attributes hold)."""
+        return CollectSettings.model_validate(self.model_dump(include=set(CollectSettings.model_fields)))
 
 
 class TrainSection(_Section):
+    """Optimisation of a supervised trainer (SFT, the world model)."""
+
     steps: int = Field(200, ge=1)
     batch_size: int = Field(8, ge=1)
     grad_accum: int = Field(1, ge=1)
@@ -98,8 +98,63 @@ class EvalSection(_Section):
     select_on: str | None = None
 
 
+class CheckpointSection(_Section):
+    every: int = Field(100, ge=1)
+    keep_last: int = Field(2, ge=1)
+
+
+NoiseLevels = float | list[float]
+
+
 class RLSection(_Section):
-    """Closed-loop RL (GRPO, PPO): rollouts on RLlib env runners, the update on the trainer."""
+    """Closed-loop RL: where rollouts come from, what the policy samples with, the optimiser."""
+
+    @field_validator("noise_level")
+    @classmethod
+    def _levels(cls, v: NoiseLevels | None) -> NoiseLevels | None:
+        return check_noise_levels(v)
+
+    iterations: int = Field(40, ge=1)
+    bank: str = "core"
+    split: str | None = "train"
+    scenarios: list[str] | None = None  # default: every scenario of the split
+    rewards: dict[str, float] | None = None  # the env's reward terms (None: the env's defaults)
+    train: Literal["expert", "vlm", "both"] = "expert"  # which weights the policy gradient moves
+    # Flow-SDE noise level a, or one per action dimension [accel, curvature] ([0, a]: explore steering only)
+    noise_level: NoiseLevels = 0.5
+    stochastic: Literal["one", "all"] = "one"  # denoising steps that are stochastic
+    init_noise: float = Field(1.0, ge=0)  # scale of the flow's starting noise (0: around the deterministic plan)
+    reasoning: bool = False  # sample the Chain-of-Causation too; its token log-probs join the objective
+    temperature: float = Field(1.0, gt=0)  # of the reasoning's sampling (and of its log-probs)
+    dual_clip: float | None = Field(10.0, gt=1)  # dual-clip c for negative advantages (None: off)
+    epochs: int = Field(1, ge=1)
+    minibatch: int = Field(32, ge=1)
+    lr: float = Field(1e-5, gt=0)
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    # where rollouts run
+    env_runners: int = Field(0, ge=0)  # 0: in-process
+    ray_address: str | None = None  # join a running cluster ("auto", "ray://host:10001")
+    retries: int = Field(2, ge=0)  # re-runs of the episodes of a failed env runner
+    threads: int | None = None  # torch threads of the trainer
+    log_every: int = Field(1, ge=1)
+    max_iterations_this_run: int | None = None  # stop early (as a kill would) - for resume tests
+
+
+def check_noise_levels(v: NoiseLevels | None) -> NoiseLevels | None:
+    """One noise level, or two ([accel, curvature]); all >= 0, at least one > 0."""
+    if v is None:
+        return v
+    levels = [v] if isinstance(v, float | int) else v
+    if isinstance(v, list) and len(v) != 2:
+        raise ValueError(f"give one noise level, or two: [accel, curvature]; got {len(v)}")
+    if any(x < 0 for x in levels) or not any(x > 0 for x in levels):
+        raise ValueError(f"noise levels must be >= 0 and at least one > 0; got {v}")
+    return v
+
+
+class GRPOSection(RLSection):
+    """GRPO: groups of rollouts scored against each other."""
 
     @field_validator("normalise", mode="before")
     @classmethod
@@ -107,29 +162,18 @@ class RLSection(_Section):
         """``normalise = true / false`` (the older boolean) still reads as "group" / "none"."""
         return ("group" if v else "none") if isinstance(v, bool) else v
 
-    @field_validator("noise_level", "stall_noise_level")
+    @field_validator("stall_noise_level")
     @classmethod
-    def _levels(cls, v: float | list[float] | None) -> float | list[float] | None:
-        if v is None:
-            return v
-        levels = [v] if isinstance(v, float | int) else v
-        if isinstance(v, list) and len(v) != 2:
-            raise ValueError(f"give one noise level, or two: [accel, curvature]; got {len(v)}")
-        if any(x < 0 for x in levels) or not any(x > 0 for x in levels):
-            raise ValueError(f"noise levels must be >= 0 and at least one > 0; got {v}")
-        return v
+    def _stall_levels(cls, v: NoiseLevels | None) -> NoiseLevels | None:
+        return check_noise_levels(v)
 
     @model_validator(mode="after")
-    def _stall_noise_needs_stalls(self) -> RLSection:
+    def _stall_noise_needs_stalls(self) -> GRPOSection:
         if self.stall_noise_level is not None and (self.branch != "before_failure" or not self.stall_decisions):
             raise ValueError('stall_noise_level needs branch = "before_failure" and stall_decisions > 0')
         return self
 
-    iterations: int = Field(40, ge=1)
-    bank: str = "core"
-    split: str | None = "train"
-    scenarios: list[str] | None = None  # default: every scenario of the split
-    # GRPO groups: G rollouts of one (scenario, seed), or G branches from one snapshot
+    # groups: G rollouts of one (scenario, seed), or G branches from one snapshot
     level: Literal["episode", "step"] = "episode"
     groups_per_iter: int = Field(4, ge=1)
     group_size: int = Field(8, ge=1)
@@ -137,9 +181,7 @@ class RLSection(_Section):
     # what a rollout is worth: the episode's Driving Score or summed reward; at step level, "return" sums
     # the reward over the branch horizon and "driving_score" drives each branch to the episode's end
     score: Literal["driving_score", "return"] = "driving_score"
-    rewards: dict[str, float] | None = None  # the env's reward terms (None: the env's defaults)
-    # advantage = r - group mean, divided by the group's std ("group"), the batch's ("batch") or nothing;
-    # true / false are read as "group" / "none"
+    # advantage = r - group mean, divided by the group's std ("group"), the batch's ("batch") or nothing
     normalise: Literal["group", "batch", "none"] = "group"
     # step level: where a group branches: a uniform decision in the first 70% of the scenario, or
     # "before_failure": 1..failure_lookback decisions before the deterministic plan's first infraction
@@ -149,33 +191,23 @@ class RLSection(_Section):
     failure_lookback: int = Field(4, ge=1)
     stall_decisions: int = Field(0, ge=0)
     sampled_decisions: int = Field(1, ge=1)  # step level: a branch's first decisions drawn from the SDE
+    # ... and the noise level of the groups that branch at a stall (None: noise_level)
+    stall_noise_level: NoiseLevels | None = None
     variant: Literal["grpo", "dapo", "gspo", "aipo"] = "grpo"
     eps_low: float = Field(0.2, ge=0)
     eps_high: float = Field(0.28, ge=0)
-    dual_clip: float | None = Field(10.0, gt=1)
     rho_max: float = Field(2.0, gt=0)
     kl_coef: float = Field(0.0, ge=0)  # k3 KL to the frozen starting policy
-    train: Literal["expert", "vlm", "both"] = "expert"  # which weights the policy gradient moves
-    # Flow-SDE noise level a, or one per action dimension [accel, curvature] ([0, a]: explore steering only)
-    noise_level: float | list[float] = 0.5
-    # ... for the groups that branch at a stall (None: noise_level): e.g. noise_level = [0, 0.5] and
-    # stall_noise_level = [1, 0.5] explore the acceleration only where the plan stands still
-    stall_noise_level: float | list[float] | None = None
-    stochastic: Literal["one", "all"] = "one"  # denoising steps that are stochastic
-    init_noise: float = Field(1.0, ge=0)  # scale of the flow's starting noise (0: around the deterministic plan)
-    reasoning: bool = False  # sample the Chain-of-Causation too; its token log-probs join the objective
-    temperature: float = Field(1.0, gt=0)  # of the reasoning's sampling (and of its log-probs)
     reasoning_weight: float = Field(1.0, ge=0)  # weight of the reasoning tokens' clipped objective
     consistency_weight: float = Field(0.0, ge=0)  # + w x mean reasoning-action consistency in the score
     critic: str = "rules"  # "rules", "hf:/local/model", "http://host:port" (OpenAI-compatible)
     bc_weight: float = Field(0.0, ge=0)  # + w x SFT loss on the recipe's [data] (ReCogDrive's BC term)
     bc_batch: int = Field(16, ge=1)
-    epochs: int = Field(1, ge=1)
-    minibatch: int = Field(32, ge=1)
-    lr: float = Field(1e-5, gt=0)
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    # PPO (RLlib's PPO with the dual-clip loss on the same module, or a baseline module)
+
+
+class PPOSection(RLSection):
+    """PPO on RLlib: a critic, GAE, the clipped surrogate (on the VLA or a classic baseline module)."""
+
     policy: Literal["vla", "mlp_state", "cnn_bev"] = "vla"
     gamma: float = Field(0.99, gt=0, le=1)
     gae_lambda: float = Field(0.95, ge=0, le=1)
@@ -183,13 +215,6 @@ class RLSection(_Section):
     vf_coef: float = Field(0.5, ge=0)
     vf_clip: float = Field(10.0, gt=0)
     batch_steps: int = Field(400, ge=1)  # decisions per PPO iteration (whole episodes)
-    # where rollouts run
-    env_runners: int = Field(0, ge=0)  # 0: in-process
-    ray_address: str | None = None  # join a running cluster ("auto", "ray://host:10001")
-    retries: int = Field(2, ge=0)  # re-runs of the episodes of a failed env runner
-    threads: int | None = None  # torch threads of the trainer
-    log_every: int = Field(1, ge=1)
-    max_iterations_this_run: int | None = None  # stop early (as a kill would) - for resume tests
 
 
 class SB3Section(_Section):
@@ -204,14 +229,14 @@ class SB3Section(_Section):
 
 
 class WorldSection(_Section):
-    """The world model (``algorithm = "world_model"``): an action-conditioned flow-matching model of the
-    camera stream, trained on the recipe's ``[data]`` with the ``[train]`` schedule."""
+    """The world model: an action-conditioned flow-matching model of the camera stream, trained on the
+    recipe's ``[data]`` with the ``[train]`` schedule."""
 
     context: int = Field(2, ge=1)  # past decisions it sees
     channels: list[int] = Field(default_factory=lambda: [32, 64, 128])  # U-Net width per level
     patch: int = Field(2, ge=1)  # the U-Net works on patch x patch pixel blocks
     mask: bool = True  # a per-pixel compositing mask gates the predicted change
-    flow_steps: int = Field(2, ge=1)  # Euler steps of predict(): 2 scored best on held-out PSNR (README)
+    flow_steps: int = Field(2, ge=1)  # Euler steps of predict(): 2 scored best on held-out PSNR (docs)
     relative_loss: float | None = Field(0.1, gt=0)  # eps of the per-image relative loss (None: plain MSE)
     val_fraction: float = Field(0.1, gt=0, lt=1)  # scenarios held out (by id) for the evaluation
     horizons: int = Field(4, ge=1)  # decisions predicted autoregressively in the evaluation
@@ -221,9 +246,9 @@ class WorldSection(_Section):
 
 
 class DDRLSection(_Section):
-    """Data-regularised diffusion RL of the world model (``algorithm = "ddrl"``, REFERENCE.md section 4):
-    groups of SDE samples per real context, rewards from ``rewards.frames``, the clipped per-step
-    policy gradient with shaped advantages, plus ``data_beta`` x the flow loss on real data."""
+    """Data-regularised diffusion RL of the world model (REFERENCE.md section 4): groups of SDE samples
+    per real context, rewards from ``rewards.frames``, the clipped per-step policy gradient with shaped
+    advantages, plus ``data_beta`` x the flow loss on real data."""
 
     iterations: int = Field(40, ge=1)
     contexts: int = Field(4, ge=1)  # real contexts (all the rig's cameras) per iteration
@@ -245,24 +270,89 @@ class DDRLSection(_Section):
     max_iterations_this_run: int | None = None
 
 
-class CheckpointSection(_Section):
-    every: int = Field(100, ge=1)
-    keep_last: int = Field(2, ge=1)
-
-
-class Recipe(_Section):
-    algorithm: Literal["sft", "grpo", "ppo", "ppo_sb3", "world_model", "ddrl"] = "sft"
+# --- the recipes ------------------------------------------------------------------------------------------
+class _Recipe(_Section):
     seed: int = 0
     init_from: str | None = None  # a saved VLA (or, for ddrl, world model) folder to start from
-    data: DataSection = Field(default_factory=DataSection)
-    model: ModelSection = Field(default_factory=ModelSection)
-    train: TrainSection = Field(default_factory=TrainSection)
     eval: EvalSection = Field(default_factory=EvalSection)
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+
+
+class SFTRecipe(_Recipe):
+    """Supervised fine-tuning of the VLA on collected data."""
+
+    algorithm: Literal["sft"] = "sft"
+    data: DataSection = Field(default_factory=DataSection)
+    model: VLAConfig = Field(default_factory=VLAConfig)
+    train: TrainSection = Field(default_factory=TrainSection)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_follows_recipe(cls, data: Any) -> Any:
+        """The model's seed is the recipe's, and the data is stored at the model's image size,
+        unless a section says otherwise."""
+        if isinstance(data, dict):
+            model = dict(data.get("model") or {})
+            model.setdefault("seed", data.get("seed", 0))
+            data = {**data, "model": model}
+            section = dict(data.get("data") or {})
+            if "image_size" in model:
+                if "image_size" in section and list(section["image_size"]) != list(model["image_size"]):
+                    raise ValueError("data.image_size and model.image_size differ: the VLA reads the stored images")
+                section["image_size"] = model["image_size"]
+            data["data"] = section
+        return data
+
+
+class GRPORecipe(_Recipe):
+    """GRPO on the flow-matching head of a trained VLA (``init_from``)."""
+
+    algorithm: Literal["grpo"]
+    data: DataSection = Field(default_factory=DataSection)
+    rl: GRPOSection = Field(default_factory=GRPOSection)
+
+
+class PPORecipe(_Recipe):
+    """PPO on RLlib: the VLA's flow head with a critic, or a classic baseline module (``rl.policy``)."""
+
+    algorithm: Literal["ppo"]
+    data: DataSection = Field(default_factory=DataSection)
+    rl: PPOSection = Field(default_factory=PPOSection)
+
+
+class SB3PPORecipe(_Recipe):
+    """stable-baselines3 PPO on the state vector with (accel, steer) control: a classic reference."""
+
+    algorithm: Literal["ppo_sb3"]
     rl: RLSection = Field(default_factory=RLSection)
     sb3: SB3Section = Field(default_factory=SB3Section)
+
+
+class WorldModelRecipe(_Recipe):
+    """The world model of the camera stream, trained on collected data."""
+
+    algorithm: Literal["world_model"]
+    data: DataSection = Field(default_factory=DataSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    world: WorldSection = Field(default_factory=WorldSection)
+
+
+class DDRLRecipe(_Recipe):
+    """DDRL of a trained world model (``init_from``)."""
+
+    algorithm: Literal["ddrl"]
+    data: DataSection = Field(default_factory=DataSection)
+    train: TrainSection = Field(default_factory=TrainSection)
     world: WorldSection = Field(default_factory=WorldSection)
     ddrl: DDRLSection = Field(default_factory=DDRLSection)
-    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+
+
+Recipe = Annotated[
+    SFTRecipe | GRPORecipe | PPORecipe | SB3PPORecipe | WorldModelRecipe | DDRLRecipe,
+    Field(discriminator="algorithm"),
+]
+ALGORITHMS = ("sft", "grpo", "ppo", "ppo_sb3", "world_model", "ddrl")
+_RECIPE = TypeAdapter(Recipe)
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -285,7 +375,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] = ()) -> Recipe:
 
 
 def recipe_from_dict(data: dict[str, Any], overrides: list[str] = (), where: str = "recipe") -> Recipe:
-    """Validate a recipe after applying ``--set`` overrides (``a.b=value``)."""
+    """Validate a recipe after applying ``--set`` overrides (``a.b=value``); ``algorithm`` defaults to sft."""
     data = json.loads(json.dumps(data))  # a deep copy
     for item in overrides:
         keys, value = parse_override(item)
@@ -295,7 +385,13 @@ def recipe_from_dict(data: dict[str, Any], overrides: list[str] = (), where: str
             if not isinstance(node, dict):
                 raise RecipeError(f"--set {item!r}: {k!r} is not a section")
         node[keys[-1]] = value
+    data.setdefault("algorithm", "sft")
+    if data["algorithm"] not in ALGORITHMS:
+        raise RecipeError(f"{where}: algorithm {data['algorithm']!r} is not one of {list(ALGORITHMS)}")
     try:
-        return Recipe.model_validate(data)
+        return _RECIPE.validate_python(data)
     except ValidationError as e:
-        raise RecipeError(f"{where}{' (with --set)' if overrides else ''}: {describe(e)}") from None
+        problems = "; ".join(
+            f"{'.'.join(map(str, err['loc'][1:])) or '?'}: {err['msg']}" for err in e.errors()
+        )  # loc[0] is the recipe type (the algorithm)
+        raise RecipeError(f"{where}{' (with --set)' if overrides else ''}: {problems}") from None

@@ -28,32 +28,37 @@ from tqdm import tqdm
 from envs.backends.world_model import WorldModel
 from rewards.frames import FrameRewards
 from training.checkpoints import latest_checkpoint, publish_final, restore_trainer, save_checkpoint
-from training.config import Recipe, RecipeError
+from training.loop import EpochSampler, prepare_run
 from training.metrics_log import MetricsLogger
-from training.sft import EpochSampler, prepare_run
-from training.world_data import FrameSequences
-from training.world_model import per_camera
+from training.recipes import DDRLRecipe, RecipeError
+from training.rl.losses import ClipConfig, clipped_loss, group_advantages, informative_groups, log_ratio
+from training.world_model.data import FrameSequences, per_camera
 
 
-def shaped_advantages(rewards: torch.Tensor, shaping: str = "exp", eps: float = 1e-6) -> torch.Tensor:
-    """Group-normalised advantages ``[groups, G]``, shaped by lambda(A) = -exp(-A) with ``shaping="exp"``.
-    A group whose rewards are all equal carries no signal: its advantages are 0 (also after shaping)."""
-    mean, std = rewards.mean(1, keepdim=True), rewards.std(1, keepdim=True)
-    informative = std > eps
-    adv = torch.where(informative, (rewards - mean) / (std + eps), torch.zeros_like(rewards))
-    shaped = -torch.exp(-adv) if shaping == "exp" else adv
-    return torch.where(informative, shaped, torch.zeros_like(shaped))
+def shaped_advantages(rewards: torch.Tensor, shaping: str = "exp") -> torch.Tensor:
+    """Group-normalised advantages ``[groups, G]`` (GRPO's, :func:`training.rl.losses.group_advantages`),
+    shaped by lambda(A) = -exp(-A) with ``shaping="exp"``. A group whose rewards are all equal carries
+    no signal: its advantages are 0 (also after shaping)."""
+    groups = torch.arange(rewards.shape[0]).repeat_interleave(rewards.shape[1])
+    flat = rewards.reshape(-1)
+    adv = group_advantages(flat, groups, "group")
+    if shaping == "exp":
+        adv = torch.where(informative_groups(flat, groups), -torch.exp(-adv), torch.zeros_like(adv))
+    return adv.view_as(rewards)
 
 
-def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip: float,
-                      pixels: int) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
-    """Per-step PPO surrogate ``-min(r A, clip(r, 1 +- eps) A)`` over ``[B, steps]`` log-probs, per pixel."""
-    ratio = torch.exp(logp - old_logp)
-    adv = advantages[:, None]
-    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
-    stats = {"clip_fraction": float(((ratio - 1).abs() > clip).float().mean()),
-             "log_ratio_abs": float((logp - old_logp).detach().abs().mean())}  # fmt: skip
-    return -surrogate.mean() / pixels, stats
+def clipped_surrogate(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip: float, pixels: int
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped loss (:func:`training.rl.losses.clipped_loss`) on each denoising step's ratio,
+    over ``[B, steps]`` log-probs, averaged and divided by the pixels of an image."""
+    ratio = torch.exp(log_ratio(logp, old_logp))
+    per, clipped = clipped_loss(ratio, advantages[:, None].expand_as(ratio), ClipConfig(clip, clip, None))
+    stats = {
+        "clip_fraction": float(clipped.float().mean()),
+        "log_ratio_abs": float((logp - old_logp).detach().abs().mean()),
+    }
+    return per.mean() / pixels, stats
 
 
 def gaussian_step_kl(means: torch.Tensor, ref_means: torch.Tensor, stds: list[float]) -> torch.Tensor:
@@ -74,8 +79,9 @@ def _rows(pairs, model: WorldModel, group: int):
     return ctx[rep], motion[rep], target[rep.numpy()], camera[rep]
 
 
-def _score(model: WorldModel, rewards: FrameRewards, chain: torch.Tensor, ctx: torch.Tensor,
-           target: np.ndarray) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+def _score(
+    model: WorldModel, rewards: FrameRewards, chain: torch.Tensor, ctx: torch.Tensor, target: np.ndarray
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Reward per row (mean over its frames) of the chain's final sample against the true frames."""
     pred = model.to_uint8(chain[-1], ctx)
     flat = (-1, *pred.shape[2:])
@@ -85,7 +91,7 @@ def _score(model: WorldModel, rewards: FrameRewards, chain: torch.Tensor, ctx: t
 
 
 @torch.no_grad()
-def probe(model: WorldModel, rewards: FrameRewards, probe_pairs, recipe: Recipe) -> dict[str, float]:
+def probe(model: WorldModel, rewards: FrameRewards, probe_pairs, recipe: DDRLRecipe) -> dict[str, float]:
     """Held-out reward of SDE samples and the data (flow) loss, with fixed noise: comparable across iterations."""
     d = recipe.ddrl
     ctx, motion, target, camera = _rows(probe_pairs, model, d.group_size)
@@ -95,18 +101,23 @@ def probe(model: WorldModel, rewards: FrameRewards, probe_pairs, recipe: Recipe)
     c, m, t, cam = per_camera(probe_pairs, model)
     fixed = torch.Generator().manual_seed(recipe.seed + 2)
     data_loss = float(model.loss(c, t, m, cam, fixed, recipe.world.relative_loss))  # the pre-training loss
-    return {"probe/reward": float(reward.mean()), "probe/data_loss": data_loss,
-            **{k.replace("reward/", "probe/"): v for k, v in terms.items()}}  # fmt: skip
+    return {
+        "probe/reward": float(reward.mean()),
+        "probe/data_loss": data_loss,
+        **{k.replace("reward/", "probe/"): v for k, v in terms.items()},
+    }
 
 
-def train_ddrl(recipe: Recipe, run_dir: str | Path, resume: bool = False,
-               progress: bool | None = None) -> dict[str, Any]:  # fmt: skip
+def train_ddrl(
+    recipe: DDRLRecipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None
+) -> dict[str, Any]:
     run_dir, d = Path(run_dir), recipe.ddrl
     if not recipe.init_from:
         raise RecipeError("ddrl fine-tunes a trained world model: set init_from = RUN/checkpoints/final")
-    dataset = prepare_run(recipe, run_dir, progress)
-    data = FrameSequences(dataset, WorldModel.from_pretrained(recipe.init_from).config.context,
-                          recipe.world.val_fraction)  # fmt: skip
+    dataset = prepare_run(recipe.data, recipe.train, run_dir, progress)
+    data = FrameSequences(
+        dataset, WorldModel.from_pretrained(recipe.init_from).config.context, recipe.world.val_fraction
+    )
     rewards = FrameRewards(d.rewards)
     reference = WorldModel.from_pretrained(recipe.init_from).requires_grad_(False)
     ckpt = latest_checkpoint(run_dir) if resume else None
@@ -128,8 +139,15 @@ def train_ddrl(recipe: Recipe, run_dir: str | Path, resume: bool = False,
     pixels = int(np.prod(data.frame_shape[1:]))
 
     def checkpoint(at: int) -> Path:
-        return save_checkpoint(run_dir, at, model, optimizer, {"contexts": contexts.state(), "real": real.state()},
-                               {"noise": noise.get_state()}, recipe.checkpoint.keep_last)  # fmt: skip
+        return save_checkpoint(
+            run_dir,
+            at,
+            model,
+            optimizer,
+            {"contexts": contexts.state(), "real": real.state()},
+            {"noise": noise.get_state()},
+            recipe.checkpoint.keep_last,
+        )
 
     if it == 0:
         logger.log(0, probe(model, rewards, probe_pairs, recipe))
@@ -165,9 +183,16 @@ def train_ddrl(recipe: Recipe, run_dir: str | Path, resume: bool = False,
         optimizer.zero_grad(set_to_none=True)
         it += 1
         bar.update(1)
-        last = {"reward": float(reward.mean()), **terms, "loss/rl": float(rl_loss.detach()),
-                "loss/data": float(data_loss.detach()), "kl": float(kl.detach()), "grad_norm": float(grad_norm),
-                "reward_std": float(reward.view(-1, d.group_size).std(1).mean()), **stats}  # fmt: skip
+        last = {
+            "reward": float(reward.mean()),
+            **terms,
+            "loss/rl": float(rl_loss.detach()),
+            "loss/data": float(data_loss.detach()),
+            "kl": float(kl.detach()),
+            "grad_norm": float(grad_norm),
+            "reward_std": float(reward.view(-1, d.group_size).std(1).mean()),
+            **stats,
+        }
         if it % d.eval_every == 0 or it == d.iterations:
             last |= probe(model, rewards, probe_pairs, recipe)
         logger.log(it, last)
@@ -190,7 +215,12 @@ def _report(metrics_path: Path) -> dict[str, Any]:
     probes = [r for r in map(json.loads, metrics_path.read_text().splitlines()) if "probe/reward" in r]
     first, final = probes[0], probes[-1]
     change = (final["probe/data_loss"] - first["probe/data_loss"]) / max(abs(first["probe/data_loss"]), 1e-12)
-    return {"reward_before": first["probe/reward"], "reward_after": final["probe/reward"],
-            "data_loss_before": first["probe/data_loss"], "data_loss_after": final["probe/data_loss"],
-            "data_loss_change": change, "data_loss_within_10pct": bool(math.fabs(change) <= 0.10),
-            "probes": len(probes)}  # fmt: skip
+    return {
+        "reward_before": first["probe/reward"],
+        "reward_after": final["probe/reward"],
+        "data_loss_before": first["probe/data_loss"],
+        "data_loss_after": final["probe/data_loss"],
+        "data_loss_change": change,
+        "data_loss_within_10pct": bool(math.fabs(change) <= 0.10),
+        "probes": len(probes),
+    }

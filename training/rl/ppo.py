@@ -1,10 +1,10 @@
 """PPO on the VLA with RLlib's PPO algorithm: its env runners, GAE connector and learner loop.
 
-What is ours: the module (:class:`training.rl_module.VLAModule`: Flow-SDE actions, chain
+What is ours: the module (:class:`training.rl.module.VLAModule`: Flow-SDE actions, chain
 log-probs, a value head on the state features) and the loss (:class:`FlowPPOLearner`), because
 RLlib's PPO loss reads log-probs from an action distribution, and a flow policy has none: the
 log-prob is that of the stored denoising chain. The loss is the clipped surrogate with the
-optional dual-clip (:func:`training.rl_losses.clipped_loss`) plus the clipped value loss; there is
+optional dual-clip (:func:`training.rl.losses.clipped_loss`) plus the clipped value loss; there is
 no entropy bonus (the flow has no closed-form entropy; exploration is the SDE's noise level).
 
 ``rl.policy = "mlp_state"`` or ``"cnn_bev"`` trains RLlib's default MLP / CNN module instead, on
@@ -31,11 +31,11 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from training.checkpoints import save_checkpoint
-from training.config import Recipe
-from training.grpo import _init_ray, env_config, starting_point
 from training.metrics_log import MetricsLogger
 from training.milestones import after_step, before_first_step, finish
-from training.rl_losses import ClipConfig, clipped_loss, log_ratio
+from training.recipes import PPORecipe
+from training.rl.losses import ClipConfig, clipped_loss, log_ratio
+from training.rl.setup import connect_ray, env_config, starting_point
 
 VALUE_HEAD = "value_head.safetensors"
 
@@ -55,8 +55,9 @@ class EpisodeTermsCallback(RLlibCallback):
         final = infos[-1].get("metrics") if infos else None
         if final:
             metrics_logger.log_value("episode/driving_score", final["leaderboard"]["score"], reduce="mean", window=100)
-            metrics_logger.log_value("episode/route_completion", final["leaderboard"]["route_completion"],
-                                     reduce="mean", window=100)  # fmt: skip
+            metrics_logger.log_value(
+                "episode/route_completion", final["leaderboard"]["route_completion"], reduce="mean", window=100
+            )
 
 
 class FlowPPOLearner(PPOTorchLearner):
@@ -76,30 +77,46 @@ class FlowPPOLearner(PPOTorchLearner):
             logp = dist.logp(batch[Columns.ACTIONS])
         ratio = torch.exp(log_ratio(logp, batch[Columns.ACTION_LOGP]))
         dual = config.learner_config_dict.get("dual_clip")
-        policy, clipped = clipped_loss(ratio, batch[Postprocessing.ADVANTAGES],
-                                       ClipConfig(config.clip_param, config.clip_param, dual))  # fmt: skip
+        policy, clipped = clipped_loss(
+            ratio, batch[Postprocessing.ADVANTAGES], ClipConfig(config.clip_param, config.clip_param, dual)
+        )
         values = module.compute_values(batch)
         vf = torch.clamp((values - batch[Postprocessing.VALUE_TARGETS]) ** 2, 0, config.vf_clip_param)
         total = mean(policy + config.vf_loss_coeff * vf)
-        self.metrics.log_dict({
-            POLICY_LOSS_KEY: mean(policy), VF_LOSS_KEY: mean(vf), "clip_fraction": mean(clipped.float()),
-            "ratio_mean": mean(ratio), "approx_kl_old": mean(batch[Columns.ACTION_LOGP] - logp),
-        }, key=module_id, window=1)  # fmt: skip
+        self.metrics.log_dict(
+            {
+                POLICY_LOSS_KEY: mean(policy),
+                VF_LOSS_KEY: mean(vf),
+                "clip_fraction": mean(clipped.float()),
+                "ratio_mean": mean(ratio),
+                "approx_kl_old": mean(batch[Columns.ACTION_LOGP] - logp),
+            },
+            key=module_id,
+            window=1,
+        )
         return total
 
 
-def build_algorithm(recipe: Recipe, model_path: Path, image_size: tuple[int, int]):
+def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, int]):
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from training.rl_module import VLAModule
-    from training.rollouts import env_runner_config
+    from training.rl.module import VLAModule
+    from training.rl.rollouts import env_runner_config
 
     rl = recipe.rl
     if rl.policy == "vla":
-        model_config = {"path": str(model_path.resolve()), "noise_level": rl.noise_level, "stochastic": rl.stochastic,
-                        "eval_noise": recipe.eval.noise, "train": rl.train, "seed": recipe.seed,
-                        "reasoning": rl.reasoning, "temperature": rl.temperature, "init_noise": rl.init_noise,
-                        "threads": 1 if rl.env_runners else None}  # fmt: skip
+        model_config = {
+            "path": str(model_path.resolve()),
+            "noise_level": rl.noise_level,
+            "stochastic": rl.stochastic,
+            "eval_noise": recipe.eval.noise,
+            "train": rl.train,
+            "seed": recipe.seed,
+            "reasoning": rl.reasoning,
+            "temperature": rl.temperature,
+            "init_noise": rl.init_noise,
+            "threads": 1 if rl.env_runners else None,
+        }
         spec, env_cfg = RLModuleSpec(module_class=VLAModule, model_config=model_config), env_config(recipe, image_size)
     else:  # a classic baseline: RLlib's default MLP (state) or CNN (BEV) module, with (accel, steer) control
         spec, env_cfg = RLModuleSpec(model_config=BASELINE_MODELS[rl.policy]), baseline_env_config(recipe)
@@ -131,12 +148,17 @@ BASELINE_MODELS = {
 }
 
 
-def baseline_env_config(recipe: Recipe) -> dict[str, Any]:
+def baseline_env_config(recipe: PPORecipe) -> dict[str, Any]:
     """The env of a baseline module: one observation (the state vector or the BEV image), control actions
     renewed every world step (0.1 s)."""
     rl = recipe.rl
-    cfg = {"bank": rl.bank, "split": rl.split, "observations": ["state" if rl.policy == "mlp_state" else "bev"],
-           "action_mode": "control", "single_observation": True}  # fmt: skip
+    cfg = {
+        "bank": rl.bank,
+        "split": rl.split,
+        "observations": ["state" if rl.policy == "mlp_state" else "bev"],
+        "action_mode": "control",
+        "single_observation": True,
+    }
     if rl.rewards is not None:
         cfg["rewards"] = dict(rl.rewards)
     return cfg
@@ -146,17 +168,18 @@ def _learner_module(algo):
     return algo.learner_group._learner.module["default_policy"].unwrapped()
 
 
-def train_ppo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None,
-              evaluate_fn=None) -> dict[str, Any]:  # fmt: skip
+def train_ppo(
+    recipe: PPORecipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None, evaluate_fn=None
+) -> dict[str, Any]:
     from agents.vla.model import VLA
 
     run_dir = Path(run_dir)
     rl = recipe.rl
     if rl.policy != "vla":
         return _train_baseline(recipe, run_dir, resume, progress)
-    ckpt, start = starting_point(recipe, run_dir, resume, "PPO")
+    ckpt, start = starting_point(recipe, run_dir, resume)
     image_size = VLA.from_pretrained(start).config.image_size
-    _init_ray(rl, recipe.eval.workers)
+    connect_ray(rl, recipe.eval.workers)
     algo = build_algorithm(recipe, start, image_size)
     module = _learner_module(algo)
     iteration = 0
@@ -175,8 +198,13 @@ def train_ppo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
     stop_at = rl.iterations
     if rl.max_iterations_this_run is not None:
         stop_at = min(rl.iterations, iteration + rl.max_iterations_this_run)
-    bar = tqdm(total=rl.iterations, initial=iteration, desc="ppo", unit="iter",
-               disable=None if progress is None else not progress)  # fmt: skip
+    bar = tqdm(
+        total=rl.iterations,
+        initial=iteration,
+        desc="ppo",
+        unit="iter",
+        disable=None if progress is None else not progress,
+    )
     last: dict[str, Any] = {}
     try:
         while iteration < stop_at:
@@ -193,12 +221,12 @@ def train_ppo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progres
     return finish(iteration, rl.iterations, recipe, evaluate_fn, logger, run_dir, {"iteration": iteration, **last})
 
 
-def _train_baseline(recipe: Recipe, run_dir: Path, resume: bool, progress: bool | None) -> dict[str, Any]:
+def _train_baseline(recipe: PPORecipe, run_dir: Path, resume: bool, progress: bool | None) -> dict[str, Any]:
     """RLlib PPO on a baseline module; checkpoints are the module's weights (safetensors) per iteration."""
     import json
 
     rl = recipe.rl
-    _init_ray(rl, 0)
+    connect_ray(rl, 0)
     algo = build_algorithm(recipe, Path("."), (0, 0))
     module = _learner_module(algo)
     ckpt_dir = run_dir / "checkpoints"
@@ -212,8 +240,12 @@ def _train_baseline(recipe: Recipe, run_dir: Path, resume: bool, progress: bool 
     logger = MetricsLogger(run_dir, resume_step=iteration)
     last: dict[str, Any] = {}
     try:
-        for _ in tqdm(range(iteration, rl.iterations), desc=f"ppo ({rl.policy})", unit="iter",
-                      disable=None if progress is None else not progress):  # fmt: skip
+        for _ in tqdm(
+            range(iteration, rl.iterations),
+            desc=f"ppo ({rl.policy})",
+            unit="iter",
+            disable=None if progress is None else not progress,
+        ):
             last = _flatten_result(algo.train())
             iteration += 1
             logger.log(iteration, last)
@@ -237,8 +269,12 @@ def _flatten_result(result: dict[str, Any]) -> dict[str, float]:
     """The scalars worth a curve from RLlib's result dict: episode returns, learner losses, throughput."""
     out: dict[str, float] = {}
     env = result.get("env_runners", {})
-    for key, name in (("episode_return_mean", "reward/return"), ("episode_len_mean", "episode/decisions"),
-                      ("num_env_steps_sampled", "env_steps"), ("num_episodes", "episodes")):  # fmt: skip
+    for key, name in (
+        ("episode_return_mean", "reward/return"),
+        ("episode_len_mean", "episode/decisions"),
+        ("num_env_steps_sampled", "env_steps"),
+        ("num_episodes", "episodes"),
+    ):
         if key in env:
             out[name] = float(env[key])
     out |= {k: float(v) for k, v in env.items() if k.startswith(("reward_terms/", "episode/"))}

@@ -88,8 +88,9 @@ class LMTeacher:
         self.backend, self.fallback = backend, fallback or TemplateTeacher()
 
     def write(self, meta_actions: set[str], causes: set[str], facts: dict[str, Any] | None = None) -> str:
-        prompt = self.PROMPT.format(actions=", ".join(sorted(meta_actions)) or "none",
-                                    causes=", ".join(sorted(causes)) or "none")  # fmt: skip
+        prompt = self.PROMPT.format(
+            actions=", ".join(sorted(meta_actions)) or "none", causes=", ".join(sorted(causes)) or "none"
+        )
         text = (self.backend.complete([prompt])[0] or "").strip().split("\n")[0]
         return text or self.fallback.write(meta_actions, causes, facts)
 

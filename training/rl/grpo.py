@@ -4,12 +4,12 @@ One iteration:
   1. plan ``groups_per_iter`` groups of ``group_size`` tasks: the same scenario and seed G times
      (episode level) or G branches from one snapshot at a random decision, or a few decisions before
      the deterministic plan's first infraction (step level);
-  2. run them on RLlib env runners with the Flow-SDE policy (:mod:`training.rollouts`): every
+  2. run them on RLlib env runners with the Flow-SDE policy (:mod:`training.rl.rollouts`): every
      decision keeps its denoising chain and Gaussian log-prob;
   3. score each rollout (the episode's Driving Score, or the summed reward), normalise within its
      group -> the advantage of each of its decisions (DAPO: drop groups whose scores are all equal
      and sample more);
-  4. ``epochs`` passes of minibatch updates of the clipped objective (:mod:`training.rl_losses`)
+  4. ``epochs`` passes of minibatch updates of the clipped objective (:mod:`training.rl.losses`)
      with the chains' log-probs under the current weights; optionally a k3 KL to the start, a
      clipped term on the reasoning tokens, and a behaviour-cloning anchor on the SFT data;
   5. log, checkpoint, evaluate in closed loop (deterministic plan) every ``eval.every`` iterations.
@@ -28,32 +28,23 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from training.checkpoints import clean_stale, latest_checkpoint, load_trainer_state, save_checkpoint
-from training.config import Recipe, RecipeError
+from agents.vla import VLA
+from loopdrive.seeding import derive_seed
+from loopdrive.seeding import rng as seeded_rng
+from training.checkpoints import load_trainer_state, save_checkpoint
+from training.data import DrivingDataset
 from training.metrics_log import MetricsLogger
 from training.milestones import after_step, before_first_step, finish
-from training.rl_losses import ClipConfig, group_advantages, informative_groups, policy_loss
-from training.rl_module import as_noise_level
-from training.rollouts import Rollout, RolloutWorkers, Task
+from training.recipes import GRPORecipe, GRPOSection, RecipeError
+from training.rl.losses import ClipConfig, group_advantages, informative_groups, policy_loss
+from training.rl.module import as_noise_level
+from training.rl.rollouts import Rollout, RolloutWorkers, Task
+from training.rl.setup import connect_ray, env_config, starting_point
 
 DECISIONS_TO_BRANCH = 0.7  # step level: branch points fall in the first 70% of a scenario
 
 
-def env_config(recipe: Recipe, image_size: tuple[int, int]) -> dict[str, Any]:
-    from envs.gym_env import DEFAULT_OBSERVATIONS
-
-    rl, d = recipe.rl, recipe.data
-    cfg = dict(bank=rl.bank, split=rl.split, rig=d.rig, n_frames=d.n_frames, decision_every=d.decision_every,
-               camera_size=list(d.camera_size), observations=list(DEFAULT_OBSERVATIONS),
-               image_size=list(image_size))  # fmt: skip
-    if rl.rewards is not None:
-        cfg["rewards"] = dict(rl.rewards)
-    if rl.reasoning and rl.consistency_weight > 0:
-        cfg["scene_facts"] = True
-    return cfg
-
-
-def scenario_pool(recipe: Recipe) -> list[tuple[str, float]]:
+def scenario_pool(recipe: GRPORecipe) -> list[tuple[str, float]]:
     from scenarios import load_bank
 
     bank = load_bank(recipe.rl.bank, split=recipe.rl.split)
@@ -67,10 +58,10 @@ def scenario_pool(recipe: Recipe) -> list[tuple[str, float]]:
     return pool
 
 
-def plan_tasks(recipe: Recipe, pool: list[tuple[str, float]], iteration: int, rnd: int = 0) -> list[Task]:
+def plan_tasks(recipe: GRPORecipe, pool: list[tuple[str, float]], iteration: int, rnd: int = 0) -> list[Task]:
     """``groups_per_iter`` groups of ``group_size`` tasks, seeded by (seed, iteration, round)."""
     rl = recipe.rl
-    rng = np.random.default_rng([recipe.seed, iteration, rnd])
+    rng = seeded_rng("tasks", recipe.seed, iteration, rnd)
     picks = rng.choice(len(pool), size=rl.groups_per_iter, replace=len(pool) < rl.groups_per_iter)
     decision_s = 0.1 * recipe.data.decision_every
     stall_level = None if rl.stall_noise_level is None else as_noise_level(rl.stall_noise_level)
@@ -84,14 +75,24 @@ def plan_tasks(recipe: Recipe, pool: list[tuple[str, float]], iteration: int, rn
         if rl.level == "step" and rl.branch == "before_failure":
             lookback = int(rng.integers(1, rl.failure_lookback + 1))
         for _ in range(rl.group_size):
-            tasks.append(Task(uid=uid, group=g + 1000 * rnd, scenario=scenario, seed=seed, branch_at=branch_at,
-                              failure_lookback=lookback, sampled_decisions=rl.sampled_decisions,
-                              stall_decisions=rl.stall_decisions, stall_noise_level=stall_level))  # fmt: skip
+            tasks.append(
+                Task(
+                    uid=uid,
+                    group=g + 1000 * rnd,
+                    scenario=scenario,
+                    seed=seed,
+                    branch_at=branch_at,
+                    failure_lookback=lookback,
+                    sampled_decisions=rl.sampled_decisions,
+                    stall_decisions=rl.stall_decisions,
+                    stall_noise_level=stall_level,
+                )
+            )
             uid += 1
     return tasks
 
 
-def score_of(rollout: Rollout, rl) -> float:
+def score_of(rollout: Rollout, rl: GRPOSection) -> float:
     """What a rollout is worth to GRPO: its Driving Score (/100) or summed reward (``rl.score``), plus
     ``consistency_weight`` x its reasoning consistency."""
     score = rollout.score(rl.score)
@@ -100,34 +101,20 @@ def score_of(rollout: Rollout, rl) -> float:
     return score
 
 
-def branch_length(rl) -> int:
+def branch_length(rl: GRPOSection) -> int:
     """Decisions a step-level branch runs: the horizon, or to the episode's end to score its Driving Score."""
     return rl.branch_horizon if rl.score == "return" else 100_000
 
 
-def trainable_names(model, part: str) -> list[str]:
-    prefixes = {"expert": ("expert.",), "vlm": ("backbone.",), "both": ("expert.", "backbone.")}[part]
-    return [n for n, _ in model.named_parameters() if n.startswith(prefixes)]
-
-
-def set_trainable(model, part: str) -> list[torch.nn.Parameter]:
-    names = set(trainable_names(model, part))
-    params = []
-    for n, p in model.named_parameters():
-        p.requires_grad_(n in names)
-        if n in names:
-            params.append(p)
-    return params
-
-
 def shipped_weights(model, part: str) -> dict[str, np.ndarray]:
     """The weights the env runners need after an update: only what the gradient moves."""
-    names = set(trainable_names(model, part))
+    names = set(model.trainable_names(part))
     return {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items() if k in names}
 
 
-def samples_of(rollouts: list[Rollout], advantages: torch.Tensor,
-               noise_level: float | list[float] | None = None) -> dict[str, Any]:  # fmt: skip
+def samples_of(
+    rollouts: list[Rollout], advantages: torch.Tensor, noise_level: float | list[float] | None = None
+) -> dict[str, Any]:
     """Flatten rollouts into decision samples, each carrying its rollout's advantage. Where a rollout
     explored with its own noise level, ``noise`` [N, 2] holds each sample's (``noise_level``, the
     recipe's, for the others): its log-prob must be taken under the density it was drawn from."""
@@ -149,8 +136,13 @@ def samples_of(rollouts: list[Rollout], advantages: torch.Tensor,
             "text_logp_old": torch.from_numpy(np.concatenate(text_logp)),
         }
     if any(r.noise_level is not None for r in rollouts):
-        per = [np.broadcast_to(np.asarray(r.noise_level if r.noise_level is not None else noise_level, np.float32),
-                               (len(r.logp), r.chains.shape[-1])) for r in rollouts]  # fmt: skip
+        per = [
+            np.broadcast_to(
+                np.asarray(r.noise_level if r.noise_level is not None else noise_level, np.float32),
+                (len(r.logp), r.chains.shape[-1]),
+            )
+            for r in rollouts
+        ]
         optional["noise"] = torch.from_numpy(np.concatenate(per))
     return optional | {
         "obs": obs,
@@ -186,8 +178,9 @@ def rollout_metrics(rollouts: list[Rollout], scores: torch.Tensor, groups: torch
     return out
 
 
-def update(policy, reference, optimizer, params, batch: dict[str, Any], recipe: Recipe, iteration: int,
-           demos=None) -> dict[str, float]:  # fmt: skip
+def update(
+    policy, reference, optimizer, params, batch: dict[str, Any], recipe: GRPORecipe, iteration: int, demos=None
+) -> dict[str, float]:
     """``epochs`` passes of minibatch gradient steps on the GRPO objective (plus, with ``demos`` and
     ``bc_weight``, the SFT loss on a batch of demonstrations per step, anchoring the policy to its data)."""
     rl = recipe.rl
@@ -196,7 +189,7 @@ def update(policy, reference, optimizer, params, batch: dict[str, Any], recipe: 
     device = policy.device
     stats: dict[str, list[float]] = {}
     for epoch in range(rl.epochs):
-        shuffle = torch.Generator().manual_seed(recipe.seed * 1_000_003 + iteration * 101 + epoch)
+        shuffle = torch.Generator().manual_seed(derive_seed("minibatches", recipe.seed, iteration, epoch))
         order = torch.randperm(n, generator=shuffle)
         for start in range(0, n, rl.minibatch):
             idx = order[start : start + rl.minibatch]
@@ -207,23 +200,27 @@ def update(policy, reference, optimizer, params, batch: dict[str, Any], recipe: 
             level = batch["noise"][idx] if "noise" in batch else rl.noise_level
             text_logp = text_ref = None
             if "ids" in batch:  # one pass gives the reasoning's token log-probs and the chain's
-                text_logp, logp = policy.joint_log_prob(obs, batch["ids"][idx], chain, smask, level,
-                                                        rl.temperature, train_vlm=rl.train != "expert")  # fmt: skip
+                text_logp, logp = policy.joint_log_prob(
+                    obs, batch["ids"][idx], chain, smask, level, rl.temperature, train_vlm=rl.train != "expert"
+                )
             else:
                 logp = policy.chain_log_prob(obs, chain, smask, level, train_vlm=rl.train != "expert")
             logp_ref = None
             if reference is not None and rl.kl_coef > 0:
                 with torch.no_grad():
                     if "ids" in batch:
-                        text_ref, logp_ref = reference.joint_log_prob(obs, batch["ids"][idx], chain, smask,
-                                                                      level, rl.temperature)  # fmt: skip
+                        text_ref, logp_ref = reference.joint_log_prob(
+                            obs, batch["ids"][idx], chain, smask, level, rl.temperature
+                        )
                     else:
                         logp_ref = reference.chain_log_prob(obs, chain, smask, level)
-            loss, st = policy_loss(logp, batch["logp_old"][idx].to(device), adv, clip, rl.variant, seq, logp_ref,
-                                   rl.kl_coef)  # fmt: skip
+            loss, st = policy_loss(
+                logp, batch["logp_old"][idx].to(device), adv, clip, rl.variant, seq, logp_ref, rl.kl_coef
+            )
             if text_logp is not None and rl.reasoning_weight > 0 and rl.train != "expert":
-                text_loss, text_st = policy_loss(text_logp, batch["text_logp_old"][idx].to(device), adv, clip,
-                                                 rl.variant, seq, text_ref, rl.kl_coef)  # fmt: skip
+                text_loss, text_st = policy_loss(
+                    text_logp, batch["text_logp_old"][idx].to(device), adv, clip, rl.variant, seq, text_ref, rl.kl_coef
+                )
                 loss = loss + rl.reasoning_weight * text_loss
                 st |= {f"reasoning/{k}": v for k, v in text_st.items()}
             if demos is not None and rl.bc_weight > 0:
@@ -243,14 +240,12 @@ def update(policy, reference, optimizer, params, batch: dict[str, Any], recipe: 
 class Demonstrations:
     """The recipe's SFT data as a behaviour-cloning anchor: the same losses as SFT on seeded batches."""
 
-    def __init__(self, recipe: Recipe) -> None:
-        from training.data import DrivingDataset
-
+    def __init__(self, recipe: GRPORecipe) -> None:
         self.data = DrivingDataset(recipe.data.path, max_gb=recipe.data.max_gb)
         self.recipe = recipe
 
     def loss(self, policy, step: int) -> torch.Tensor:
-        rng = np.random.default_rng([self.recipe.seed, step])
+        rng = seeded_rng("demonstrations", self.recipe.seed, step)
         idx = np.sort(rng.choice(len(self.data), size=min(self.recipe.rl.bc_batch, len(self.data)), replace=False))
         obs, reasoning, target = self.data.batch(idx)
         gen = torch.Generator(device=policy.device).manual_seed(int(rng.integers(2**31)))
@@ -258,31 +253,16 @@ class Demonstrations:
         return losses["flow"] + (losses["text"] if self.recipe.rl.train != "expert" else 0.0)
 
 
-def starting_point(recipe: Recipe, run_dir: Path, resume: bool, algorithm: str) -> tuple[Path | None, Path]:
-    """(latest checkpoint when resuming, the policy to start from); RL fine-tunes a trained policy, so
-    ``init_from`` is required. Also sets the trainer's threads and clears a killed save's leftovers."""
-    if not recipe.init_from:
-        raise RecipeError(
-            f"{algorithm} fine-tunes a trained policy: set init_from (--set init_from=RUN/checkpoints/final)"
-        )
-    if recipe.rl.threads:
-        torch.set_num_threads(recipe.rl.threads)
-    clean_stale(run_dir)
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    return ckpt, Path(ckpt or recipe.init_from)
-
-
-def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None,
-               evaluate_fn=None) -> dict[str, Any]:  # fmt: skip
-    from agents.vla.model import VLA
-
+def train_grpo(
+    recipe: GRPORecipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None, evaluate_fn=None
+) -> dict[str, Any]:
     run_dir = Path(run_dir)
     rl = recipe.rl
-    ckpt, start_path = starting_point(recipe, run_dir, resume, "GRPO")
+    ckpt, start_path = starting_point(recipe, run_dir, resume)
     policy = VLA.from_pretrained(start_path)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     policy = policy.to(device).train()
-    params = set_trainable(policy, rl.train)
+    params = policy.set_trainable(rl.train)
     reference = None
     if rl.kl_coef > 0:
         reference = VLA.from_pretrained(recipe.init_from).to(device).eval()
@@ -293,26 +273,46 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
         optimizer.load_state_dict(optim_state)
         iteration = state["step"]
 
-    _init_ray(rl, recipe.eval.workers)
-    model_config = {"path": str(Path(start_path).resolve()), "noise_level": rl.noise_level,
-                    "stochastic": rl.stochastic, "eval_noise": recipe.eval.noise, "reasoning": rl.reasoning,
-                    "temperature": rl.temperature, "init_noise": rl.init_noise,
-                    "threads": 1 if rl.env_runners else None}  # fmt: skip
-    workers = RolloutWorkers(env_config(recipe, policy.config.image_size), model_config, rl.env_runners, recipe.seed)
+    connect_ray(rl, recipe.eval.workers)
+    model_config = {
+        "path": str(Path(start_path).resolve()),
+        "noise_level": rl.noise_level,
+        "stochastic": rl.stochastic,
+        "eval_noise": recipe.eval.noise,
+        "reasoning": rl.reasoning,
+        "temperature": rl.temperature,
+        "init_noise": rl.init_noise,
+        "threads": 1 if rl.env_runners else None,
+    }
+    scene_facts = rl.reasoning and rl.consistency_weight > 0
+    env = env_config(recipe, policy.config.image_size, scene_facts)
+    workers = RolloutWorkers(env, model_config, rl.env_runners, recipe.seed)
     demos = Demonstrations(recipe) if rl.bc_weight > 0 else None
     pool = scenario_pool(recipe)
     logger = MetricsLogger(run_dir, resume_step=iteration)
     before_first_step(recipe, start_path, evaluate_fn, logger, run_dir)
 
     def checkpoint(at: int) -> Path:
-        return save_checkpoint(run_dir, at, policy, optimizer, {"iteration": at}, {"torch": torch.get_rng_state()},
-                               recipe.checkpoint.keep_last)  # fmt: skip
+        return save_checkpoint(
+            run_dir,
+            at,
+            policy,
+            optimizer,
+            {"iteration": at},
+            {"torch": torch.get_rng_state()},
+            recipe.checkpoint.keep_last,
+        )
 
     stop_at = rl.iterations
     if rl.max_iterations_this_run is not None:
         stop_at = min(rl.iterations, iteration + rl.max_iterations_this_run)
-    bar = tqdm(total=rl.iterations, initial=iteration, desc=f"grpo ({rl.level} level)", unit="iter",
-               disable=None if progress is None else not progress)  # fmt: skip
+    bar = tqdm(
+        total=rl.iterations,
+        initial=iteration,
+        desc=f"grpo ({rl.level} level)",
+        unit="iter",
+        disable=None if progress is None else not progress,
+    )
     last: dict[str, Any] = {}
     try:
         while iteration < stop_at:
@@ -321,10 +321,11 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
             rollouts, rounds = [], 0
             while True:  # DAPO samples more groups until enough are informative (at most 3 rounds)
                 tasks = plan_tasks(recipe, pool, iteration, rounds)
-                seed = recipe.seed * 1_000_003 + iteration * 31 + rounds
+                seed = derive_seed("rollouts", recipe.seed, iteration, rounds)
                 critic = rl.critic if rl.reasoning and rl.consistency_weight > 0 else None
-                rollouts += workers.run(tasks, weights | {"__seed__": np.array(seed)}, rl.level, branch_length(rl),
-                                        rl.retries, critic)  # fmt: skip
+                rollouts += workers.run(
+                    tasks, weights | {"__seed__": np.array(seed)}, rl.level, branch_length(rl), rl.retries, critic
+                )
                 rounds += 1
                 groups = torch.tensor([r.group for r in rollouts])
                 scores = torch.tensor([score_of(r, rl) for r in rollouts])
@@ -345,33 +346,23 @@ def train_grpo(recipe: Recipe, run_dir: str | Path, resume: bool = False, progre
                 metrics |= update(policy, reference, optimizer, params, batch, recipe, iteration, demos)
             iteration += 1
             env_steps = sum(r.env_steps for r in rollouts)
-            metrics |= {"time/rollout_s": t_rollout, "time/update_s": time.perf_counter() - t1,
-                        "env_steps_per_s": env_steps / max(t_rollout, 1e-9), "lr": rl.lr,
-                        "env_runner_restarts": float(workers.restarts),
-                        "rollout_reruns": float(workers.reruns)}  # fmt: skip
+            metrics |= {
+                "time/rollout_s": t_rollout,
+                "time/update_s": time.perf_counter() - t1,
+                "env_steps_per_s": env_steps / max(t_rollout, 1e-9),
+                "lr": rl.lr,
+                "env_runner_restarts": float(workers.restarts),
+                "rollout_reruns": float(workers.reruns),
+            }
             if iteration % rl.log_every == 0 or iteration == rl.iterations:
                 logger.log(iteration, metrics)
             last = metrics
             bar.update(1)
-            bar.set_postfix(score=f"{metrics['reward/score']:.3f}", clip=f"{metrics.get('clip_fraction', 0):.2f}",
-                            refresh=False)  # fmt: skip
+            bar.set_postfix(
+                score=f"{metrics['reward/score']:.3f}", clip=f"{metrics.get('clip_fraction', 0):.2f}", refresh=False
+            )
             after_step(iteration, rl.iterations, recipe, checkpoint, evaluate_fn, logger, run_dir)
     finally:
         bar.close()
         workers.stop()
     return finish(iteration, rl.iterations, recipe, evaluate_fn, logger, run_dir, {"iteration": iteration, **last})
-
-
-def _init_ray(rl, eval_workers: int = 0) -> None:
-    """Join ``rl.ray_address``, or start a local Ray with a CPU for each env runner and eval worker."""
-    import os
-
-    import ray
-
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    if not ray.is_initialized():
-        if rl.ray_address:
-            ray.init(address=rl.ray_address, log_to_driver=False)
-        else:
-            cpus = max(2, rl.env_runners + max(1, eval_workers))
-            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)

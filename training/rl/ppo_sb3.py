@@ -15,13 +15,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from training.config import Recipe
 from training.metrics_log import MetricsLogger
+from training.recipes import SB3PPORecipe
 
 STATE = "sb3_state.json"
 
 
-def make_env(recipe: Recipe):
+def make_env(recipe: SB3PPORecipe):
     import gymnasium as gym
     from stable_baselines3.common.monitor import Monitor
 
@@ -42,7 +42,9 @@ def _latest(ckpt_dir: Path) -> tuple[Path | None, int]:
     return ckpt_dir / s["latest"], int(s["timesteps"])
 
 
-def train_ppo_sb3(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None) -> dict:
+def train_ppo_sb3(
+    recipe: SB3PPORecipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None
+) -> dict:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -51,8 +53,17 @@ def train_ppo_sb3(recipe: Recipe, run_dir: str | Path, resume: bool = False, pro
     cfg, ckpt_dir = recipe.sb3, run_dir / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     vec = make_vec_env(lambda: make_env(recipe), n_envs=cfg.n_envs, seed=recipe.seed)
-    model = PPO("MultiInputPolicy", vec, n_steps=cfg.n_steps, batch_size=cfg.batch_size, learning_rate=cfg.lr,
-                seed=recipe.seed, device="cpu", policy_kwargs={"net_arch": list(cfg.net_arch)}, verbose=0)  # fmt: skip
+    model = PPO(
+        "MultiInputPolicy",
+        vec,
+        n_steps=cfg.n_steps,
+        batch_size=cfg.batch_size,
+        learning_rate=cfg.lr,
+        seed=recipe.seed,
+        device="cpu",
+        policy_kwargs={"net_arch": list(cfg.net_arch)},
+        verbose=0,
+    )
     latest, done = _latest(ckpt_dir) if resume else (None, 0)
     if latest is not None:
         model.set_parameters(str(latest), exact_match=True)
@@ -68,10 +79,13 @@ def train_ppo_sb3(recipe: Recipe, run_dir: str | Path, resume: bool = False, pro
         def _on_rollout_end(self) -> None:
             eps = list(self.model.ep_info_buffer)
             if eps:
-                logger.log(self.num_timesteps, {
-                    "reward/return": sum(e["r"] for e in eps) / len(eps),
-                    "episode/length": sum(e["l"] for e in eps) / len(eps),
-                })  # fmt: skip
+                logger.log(
+                    self.num_timesteps,
+                    {
+                        "reward/return": sum(e["r"] for e in eps) / len(eps),
+                        "episode/length": sum(e["l"] for e in eps) / len(eps),
+                    },
+                )
             save(self.num_timesteps)
 
     def save(at: int) -> Path:
@@ -87,8 +101,7 @@ def train_ppo_sb3(recipe: Recipe, run_dir: str | Path, resume: bool = False, pro
 
     remaining = cfg.timesteps - done
     if remaining > 0:
-        model.learn(remaining, callback=Log(), reset_num_timesteps=False,
-                    progress_bar=bool(progress))  # fmt: skip
+        model.learn(remaining, callback=Log(), reset_num_timesteps=False, progress_bar=bool(progress))
     last = save(model.num_timesteps)
     final = ckpt_dir / "final.zip"
     shutil.copyfile(last, final)

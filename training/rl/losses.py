@@ -18,8 +18,9 @@ Normalise = Literal["group", "batch", "none"]
 LOG_RATIO_LIMIT = 20.0
 
 
-def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, normalise: Normalise | bool = "group",
-                     eps: float = 1e-6) -> torch.Tensor:  # fmt: skip
+def group_advantages(
+    rewards: torch.Tensor, groups: torch.Tensor, normalise: Normalise | bool = "group", eps: float = 1e-6
+) -> torch.Tensor:
     """The reward centred on its group's mean, then divided by a standard deviation:
 
     - ``"group"`` (GRPO): its own group's, so every informative group weighs the same;
@@ -127,8 +128,11 @@ def policy_loss(
     else:
         raise ValueError(f"unknown GRPO variant {variant!r}; choose grpo, dapo, gspo or aipo")
     loss = per.mean()
-    stats = {"ratio_mean": float(ratio.detach().mean()), "clip_fraction": float(clipped.float().mean()),
-             "approx_kl_old": float((-lr).detach().mean())}  # fmt: skip
+    stats = {
+        "ratio_mean": float(ratio.detach().mean()),
+        "clip_fraction": float(clipped.float().mean()),
+        "approx_kl_old": float((-lr).detach().mean()),
+    }
     if logp_ref is not None and kl_coef > 0:
         kl = k3_kl(logp, logp_ref).mean()
         loss = loss + kl_coef * kl
@@ -136,8 +140,9 @@ def policy_loss(
     return loss, stats
 
 
-def value_loss(values: torch.Tensor, values_old: torch.Tensor, targets: torch.Tensor,
-               clip: float | None = None) -> torch.Tensor:  # fmt: skip
+def value_loss(
+    values: torch.Tensor, values_old: torch.Tensor, targets: torch.Tensor, clip: float | None = None
+) -> torch.Tensor:
     """PPO's value loss: 0.5 (V - target)^2, with the optional clip of V around the old value."""
     loss = (values - targets) ** 2
     if clip is not None:

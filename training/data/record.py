@@ -27,45 +27,14 @@ import zarr
 from tqdm import tqdm
 
 from envs.sensors.resize import resize_frames
-from training.labels import ConsistencyFilter, label_meta_actions, make_teacher
+from training.data.dataset import FORMAT, NUMERIC, TEXT, DatasetError, card_path, dataset_card
+from training.data.labels import ConsistencyFilter, label_meta_actions, make_teacher
+from training.data.settings import CollectSettings
 
-FORMAT = "loopdrive-driving-data/2"  # 2: the target's yaw is the direction of motion
 HORIZON = 64
-NUMERIC = {"cameras": "uint8", "ego_history": "float32", "ego_state": "float32", "route": "float32",
-           "command": "int8", "target": "float32", "speed0": "float32", "episode": "int32", "t": "float32",
-           "consistency": "float32", "perturbed": "bool"}  # fmt: skip
-TARGETS = ("executed", "plan")
-TEXT = ("scenario", "reasoning", "agent_reasoning", "meta_actions", "causes")
 
 
-class DatasetError(ValueError):
-    pass
-
-
-@dataclass
-class CollectConfig:
-    bank: str = "core"
-    split: str | None = "train"
-    agent: str = "expert"
-    seeds: int = 1
-    scenarios: list[str] | None = None
-    rig: str = "alpamayo4"
-    camera_size: tuple[int, int] = (128, 256)  # rendered as in evaluation ...
-    image_size: tuple[int, int] = (56, 112)  # ... and stored at the VLA's input size
-    n_frames: int = 4
-    decision_every: int = 5
-    teacher: str = "template"
-    filter_threshold: float = 0.5
-    perturb_fraction: float = 0.0  # share of extra episodes started off the lane centre (recovery data)
-    target: str = "executed"  # "executed": the future driven; "plan": the agent's plan at the decision
-    perturb_lateral_m: float = 1.0
-    perturb_heading_deg: float = 8.0
-    chunk: int = 64
-    max_episodes: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _episodes(cfg: CollectConfig) -> list[tuple[str, int, bool]]:
+def _episodes(cfg: CollectSettings) -> list[tuple[str, int, bool]]:
     from scenarios import load_bank
 
     bank = load_bank(cfg.bank, split=cfg.split)
@@ -157,22 +126,20 @@ class _Writer:
         self.g.attrs.update({"episodes_complete": done, "n_complete": n_complete})
 
 
-def collect(cfg: CollectConfig, out: str | Path, progress: bool | None = None) -> dict[str, Any]:
+def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None) -> dict[str, Any]:
     """Record (or finish recording) the dataset at ``out``; returns the dataset card."""
     import envs  # noqa: F401
     from agents import load_agent
     from envs import LoopDriveEnv
     from rewards.scene import scene_facts
 
-    if cfg.target not in TARGETS:
-        raise DatasetError(f"collect target {cfg.target!r}: expected one of {TARGETS}")
     out = Path(out)
     group = zarr.open_group(out, mode="a")
     settings = _settings(cfg)
     if group.attrs.get("format") not in (None, FORMAT):
         raise DatasetError(f"{out}: not a LoopDrive driving dataset (format {group.attrs.get('format')!r})")
-    stored = _settings(CollectConfig()) | dict(group.attrs.get("config", {}))  # later settings: their defaults
-    if "config" in group.attrs and stored != settings:
+    stored = _settings(CollectSettings()) | dict(group.attrs.get("config", {}))  # later settings: their defaults
+    if "config" in group.attrs and {k: stored[k] for k in settings} != settings:
         raise DatasetError(f"{out} was collected with other settings; collect into a new path")
     group.attrs.update({"format": FORMAT, "config": settings})
     n_complete = int(group.attrs.get("n_complete", 0))
@@ -184,9 +151,15 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool | None = None) -
     episodes = _episodes(cfg)
     todo = [(i, e) for i, e in enumerate(episodes) if _key(e) not in done]
 
-    env = LoopDriveEnv(bank=cfg.bank, split=cfg.split, rig=cfg.rig, camera_size=tuple(cfg.camera_size),
-                       n_frames=cfg.n_frames, decision_every=cfg.decision_every,
-                       observations=("cameras", "ego_history", "ego_state", "route", "command"))  # fmt: skip
+    env = LoopDriveEnv(
+        bank=cfg.bank,
+        split=cfg.split,
+        rig=cfg.rig,
+        camera_size=tuple(cfg.camera_size),
+        n_frames=cfg.n_frames,
+        decision_every=cfg.decision_every,
+        observations=("cameras", "ego_history", "ego_state", "route", "command"),
+    )
     agent = load_agent(cfg.agent)
     teacher = make_teacher(cfg.teacher)
     filt = ConsistencyFilter(cfg.filter_threshold)
@@ -205,14 +178,9 @@ def collect(cfg: CollectConfig, out: str | Path, progress: bool | None = None) -
     return card
 
 
-def _settings(cfg: CollectConfig) -> dict[str, Any]:
+def _settings(cfg: CollectSettings) -> dict[str, Any]:
     """The settings as the group's attributes store them (JSON: tuples become lists)."""
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()}
-
-
-def card_path(dataset: str | Path) -> Path:
-    """``data/x.zarr`` -> ``data/x.card.json`` (beside the zarr group, which holds only arrays)."""
-    return Path(dataset).with_suffix(".card.json")
+    return cfg.model_dump(mode="json")
 
 
 def _key(episode: tuple[str, int, bool]) -> str:
@@ -224,8 +192,10 @@ def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats,
     options: dict[str, Any] = {"scenario": sid}
     if perturbed:
         rng = np.random.default_rng(1000 + index)
-        options["ego_offset"] = (rng.uniform(-1, 1) * cfg.perturb_lateral_m,
-                                 np.radians(rng.uniform(-1, 1) * cfg.perturb_heading_deg))  # fmt: skip
+        options["ego_offset"] = (
+            rng.uniform(-1, 1) * cfg.perturb_lateral_m,
+            np.radians(rng.uniform(-1, 1) * cfg.perturb_heading_deg),
+        )
     obs, _ = env.reset(seed=seed, options=options)
     world = env.world
     agent.reset({"scenario": env.scenario, "world": world, "seed": seed})
@@ -233,8 +203,15 @@ def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats,
     while not done:
         out = agent.act(obs)
         facts = scene_facts(world)
-        decisions.append({"k": len(env._ego_track) - 1, "obs": obs, "facts": facts, "reasoning": out.reasoning or "",
-                          "plan": np.asarray(out.trajectory, np.float32)})  # fmt: skip
+        decisions.append(
+            {
+                "k": len(env._ego_track) - 1,
+                "obs": obs,
+                "facts": facts,
+                "reasoning": out.reasoning or "",
+                "plan": np.asarray(out.trajectory, np.float32),
+            }
+        )
         obs, _, terminated, truncated, info = env.step(out.trajectory)
         done = terminated or truncated
     m = info["metrics"]
@@ -261,13 +238,26 @@ def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats,
         stats.meta_actions.update(meta)
         stats.causes.update(causes)
         stats.commands[int(o["command"])] += 1
-        samples.append({
-            "cameras": resize_frames(o["cameras"], tuple(cfg.image_size)), "ego_history": o["ego_history"],
-            "ego_state": o["ego_state"], "route": o["route"], "command": int(o["command"]), "target": target,
-            "speed0": speed0, "episode": index, "t": d["k"] * 0.1, "consistency": score, "perturbed": perturbed,
-            "scenario": sid, "reasoning": reasoning, "agent_reasoning": d["reasoning"],
-            "meta_actions": json.dumps(sorted(meta)), "causes": json.dumps(sorted(causes)),
-        })  # fmt: skip
+        samples.append(
+            {
+                "cameras": resize_frames(o["cameras"], tuple(cfg.image_size)),
+                "ego_history": o["ego_history"],
+                "ego_state": o["ego_state"],
+                "route": o["route"],
+                "command": int(o["command"]),
+                "target": target,
+                "speed0": speed0,
+                "episode": index,
+                "t": d["k"] * 0.1,
+                "consistency": score,
+                "perturbed": perturbed,
+                "scenario": sid,
+                "reasoning": reasoning,
+                "agent_reasoning": d["reasoning"],
+                "meta_actions": json.dumps(sorted(meta)),
+                "causes": json.dumps(sorted(causes)),
+            }
+        )
     return samples
 
 
@@ -295,70 +285,20 @@ class _Stats:
     def filter_totals(self, filt: ConsistencyFilter) -> None:
         prev = self.filter or {"kept": 0, "rejected": 0, "rejected_by_reason": {}}
         reasons = Counter(prev.get("rejected_by_reason", {})) + filt.rejected
-        self.filter = {"kept": prev["kept"] + filt.kept, "rejected": prev["rejected"] + sum(filt.rejected.values()),
-                       "rejected_by_reason": dict(reasons)}  # fmt: skip
+        self.filter = {
+            "kept": prev["kept"] + filt.kept,
+            "rejected": prev["rejected"] + sum(filt.rejected.values()),
+            "rejected_by_reason": dict(reasons),
+        }
 
     def to_attrs(self) -> dict[str, Any]:
-        return {"episodes": self.episodes, "dropped_episodes": self.dropped_episodes,
-                "short_future": self.short_future, "families": dict(self.families),
-                "meta_actions": dict(self.meta_actions), "causes": dict(self.causes),
-                "commands": {str(k): v for k, v in self.commands.items()}, "filter": self.filter}  # fmt: skip
-
-
-def dataset_card(path: str | Path) -> dict[str, Any]:
-    g = zarr.open_group(Path(path), mode="r")
-    n = int(g.attrs.get("n_complete", 0))
-    cfg = g.attrs["config"]
-    cons = np.asarray(g["consistency"][:n]) if "consistency" in g and n else np.zeros(0)
-    return {
-        "format": FORMAT, "path": str(path), "samples": n,
-        "episodes_complete": len(g.attrs.get("episodes_complete", [])),
-        "rig": cfg["rig"], "camera_size": cfg["camera_size"], "image_size": cfg["image_size"],
-        "n_frames": cfg["n_frames"], "decision_every": cfg["decision_every"], "source": {
-            "bank": cfg["bank"], "split": cfg["split"], "agent": cfg["agent"], "seeds": cfg["seeds"],
-            "perturb_fraction": cfg["perturb_fraction"]},
-        "labels": {"teacher": cfg["teacher"], "filter_threshold": cfg["filter_threshold"],
-                   "consistency_mean": float(cons.mean()) if len(cons) else None, **g.attrs.get("stats", {})},
-        "arrays": {name: {"shape": list(g[name].shape), "dtype": str(g[name].dtype)} for name in g.array_keys()},
-    }  # fmt: skip
-
-
-class DrivingDataset:
-    """The complete samples of a collected dataset, held in memory (the tiny recipes fit easily;
-    ``max_gb`` guards against loading something that will not)."""
-
-    def __init__(self, path: str | Path, max_gb: float = 8.0) -> None:
-        path = Path(path)
-        try:
-            g = zarr.open_group(path, mode="r")
-        except (FileNotFoundError, zarr.errors.GroupNotFoundError):
-            raise DatasetError(f"{path}: no dataset here (run `loopdrive collect` first)") from None
-        if g.attrs.get("format") != FORMAT:
-            raise DatasetError(f"{path}: not a LoopDrive driving dataset (format {g.attrs.get('format')!r})")
-        self.n = int(g.attrs.get("n_complete", 0))
-        if self.n == 0:
-            raise DatasetError(f"{path}: the dataset has no complete samples")
-        size = sum(np.dtype(g[k].dtype).itemsize * int(np.prod(g[k].shape[1:])) for k in NUMERIC) * self.n / 1e9
-        if size > max_gb:
-            raise DatasetError(f"{path}: {size:.1f} GB does not fit the in-memory loader (max_gb={max_gb})")
-        self.arrays = {k: np.asarray(g[k][: self.n]) for k in NUMERIC}
-        self.text = {k: [str(x) for x in g[k][: self.n]] for k in TEXT}
-        self.card = dataset_card(path)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def batch(self, idx: Sequence[int]) -> tuple[list[dict[str, Any]], list[str], np.ndarray]:
-        """Observations (as the env gives them), teacher reasoning, and targets ``[B, 64, 3]``."""
-        idx = np.asarray(idx)
-        obs = [
-            {
-                "cameras": self.arrays["cameras"][i],
-                "ego_history": self.arrays["ego_history"][i],
-                "ego_state": self.arrays["ego_state"][i],
-                "route": self.arrays["route"][i],
-                "command": int(self.arrays["command"][i]),
-            }
-            for i in idx
-        ]
-        return obs, [self.text["reasoning"][i] for i in idx], self.arrays["target"][idx]
+        return {
+            "episodes": self.episodes,
+            "dropped_episodes": self.dropped_episodes,
+            "short_future": self.short_future,
+            "families": dict(self.families),
+            "meta_actions": dict(self.meta_actions),
+            "causes": dict(self.causes),
+            "commands": {str(k): v for k, v in self.commands.items()},
+            "filter": self.filter,
+        }

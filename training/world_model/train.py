@@ -26,36 +26,38 @@ from envs.backends.world_model import WorldModel, WorldModelConfig
 from envs.sensors.video import VideoRecorder
 from rewards.frames import psnr, ssim
 from training.checkpoints import latest_checkpoint, publish_final, restore_trainer, save_checkpoint
-from training.config import Recipe
+from training.loop import EpochSampler, learning_rate, prepare_run
 from training.metrics_log import MetricsLogger
-from training.sft import EpochSampler, learning_rate, prepare_run
-from training.world_data import FrameSequences, Pairs
+from training.recipes import WorldModelRecipe
+from training.world_model.data import FrameSequences, per_camera
 
 
-def per_camera(pairs: Pairs, model: WorldModel) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, torch.Tensor]:
-    """Every camera a row: (context pixels, motion, uint8 target, camera ids)."""
-    b, k, cams = pairs.context.shape[:3]
-    ctx = pairs.context.swapaxes(1, 2).reshape(b * cams, k, *pairs.context.shape[3:])
-    motion = torch.from_numpy(np.repeat(pairs.motion, cams, 0))
-    camera = torch.arange(cams).repeat(b)
-    return model.pixels(ctx), motion, pairs.target.reshape(b * cams, *pairs.target.shape[2:]), camera
-
-
-def build_world_model(recipe: Recipe, data: FrameSequences, card: dict[str, Any]) -> WorldModel:
+def build_world_model(recipe: WorldModelRecipe, data: FrameSequences, card: dict[str, Any]) -> WorldModel:
     torch.manual_seed(recipe.seed)
     cams, frames, h, w, _ = data.frame_shape
     w_cfg = recipe.world
-    return WorldModel(WorldModelConfig(image_size=(h, w), rig=card["rig"], cameras=cams, frames=frames,
-                                       decision_every=data.decision_every, context=w_cfg.context,
-                                       channels=tuple(w_cfg.channels), patch=w_cfg.patch, mask=w_cfg.mask,
-                                       flow_steps=w_cfg.flow_steps,
-                                       change_scale=1.0 / max(data.change_std(), 1e-3)))  # fmt: skip
+    return WorldModel(
+        WorldModelConfig(
+            image_size=(h, w),
+            rig=card["rig"],
+            cameras=cams,
+            frames=frames,
+            decision_every=data.decision_every,
+            context=w_cfg.context,
+            channels=tuple(w_cfg.channels),
+            patch=w_cfg.patch,
+            mask=w_cfg.mask,
+            flow_steps=w_cfg.flow_steps,
+            change_scale=1.0 / max(data.change_std(), 1e-3),
+        )
+    )
 
 
-def train_world_model(recipe: Recipe, run_dir: str | Path, resume: bool = False,
-                      progress: bool | None = None) -> dict[str, Any]:  # fmt: skip
+def train_world_model(
+    recipe: WorldModelRecipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None
+) -> dict[str, Any]:
     run_dir, cfg = Path(run_dir), recipe.train
-    dataset = prepare_run(recipe, run_dir, progress)
+    dataset = prepare_run(recipe.data, recipe.train, run_dir, progress)
     data = FrameSequences(dataset, recipe.world.context, recipe.world.val_fraction)
 
     ckpt = latest_checkpoint(run_dir) if resume else None
@@ -77,13 +79,25 @@ def train_world_model(recipe: Recipe, run_dir: str | Path, resume: bool = False,
     logger = MetricsLogger(run_dir, resume_step=step)
 
     def checkpoint(at: int) -> Path:
-        return save_checkpoint(run_dir, at, model, optimizer, {"sampler": sampler.state()},
-                               {"noise": noise.get_state()}, recipe.checkpoint.keep_last)  # fmt: skip
+        return save_checkpoint(
+            run_dir,
+            at,
+            model,
+            optimizer,
+            {"sampler": sampler.state()},
+            {"noise": noise.get_state()},
+            recipe.checkpoint.keep_last,
+        )
 
     last: dict[str, Any] = {}
     stop_at = cfg.steps if cfg.max_steps_this_run is None else min(cfg.steps, step + cfg.max_steps_this_run)
-    bar = tqdm(total=cfg.steps, initial=step, desc="world model", unit="step",
-               disable=None if progress is None else not progress)  # fmt: skip
+    bar = tqdm(
+        total=cfg.steps,
+        initial=step,
+        desc="world model",
+        unit="step",
+        disable=None if progress is None else not progress,
+    )
     t0, seen = time.perf_counter(), 0
     while step < stop_at:
         lr = learning_rate(step, cfg)
@@ -99,8 +113,13 @@ def train_world_model(recipe: Recipe, run_dir: str | Path, resume: bool = False,
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
         if step % cfg.log_every == 0 or step == cfg.steps:
-            last = {"loss/flow": loss.item(), "lr": lr, "grad_norm": float(grad_norm), "epoch": sampler.epoch,
-                    "images_per_s": seen / (time.perf_counter() - t0)}  # fmt: skip
+            last = {
+                "loss/flow": loss.item(),
+                "lr": lr,
+                "grad_norm": float(grad_norm),
+                "epoch": sampler.epoch,
+                "images_per_s": seen / (time.perf_counter() - t0),
+            }
             logger.log(step, last)
         if step % recipe.checkpoint.every == 0 or step == cfg.steps:
             checkpoint(step)
@@ -119,23 +138,27 @@ def train_world_model(recipe: Recipe, run_dir: str | Path, resume: bool = False,
 
 
 @torch.no_grad()
-def evaluate_world_model(model: WorldModel, data: FrameSequences, recipe: Recipe, out_dir: str | Path,
-                         batch: int = 8) -> dict[str, Any]:  # fmt: skip
+def evaluate_world_model(
+    model: WorldModel, data: FrameSequences, recipe: WorldModelRecipe, out_dir: str | Path, batch: int = 8
+) -> dict[str, Any]:
     """Roll the model ``world.horizons`` decisions forward from held-out real contexts; PSNR / SSIM per
     horizon vs the simulator's frames, beside copy-last-frame; ``eval.json`` and ``eval.mp4``."""
     w = recipe.world
     out_dir = Path(out_dir)
     starts = data.sequences(w.horizons, w.eval_sequences, recipe.seed)
     generator = torch.Generator().manual_seed(recipe.seed)
-    scores = {k: {"model": [[] for _ in range(w.horizons)], "copy_last": [[] for _ in range(w.horizons)]}
-              for k in ("psnr", "ssim")}  # fmt: skip
+    scores = {
+        k: {"model": [[] for _ in range(w.horizons)], "copy_last": [[] for _ in range(w.horizons)]}
+        for k in ("psnr", "ssim")
+    }
     videos: list[list[tuple[np.ndarray, np.ndarray]]] = []
     for lo in range(0, len(starts), batch):
         chunk = starts[lo : lo + batch]
         pairs = data.pairs(chunk)
         b, k, cams = pairs.context.shape[:3]
-        ctx = deque(list(pairs.context.swapaxes(1, 2).reshape(b * cams, k, *pairs.context.shape[3:]).swapaxes(0, 1)),
-                    maxlen=k)  # fmt: skip
+        ctx = deque(
+            list(pairs.context.swapaxes(1, 2).reshape(b * cams, k, *pairs.context.shape[3:]).swapaxes(0, 1)), maxlen=k
+        )
         last_real = ctx[-1]
         camera = torch.arange(cams).repeat(b)
         steps: list[tuple[np.ndarray, np.ndarray]] = []
@@ -149,17 +172,24 @@ def evaluate_world_model(model: WorldModel, data: FrameSequences, recipe: Recipe
                 scores[name]["copy_last"][h].append(fn(last_real.reshape(flat), true.reshape(flat)))
             ctx.append(pred)
             steps.append((true, pred))
-        videos += [[(t[j * cams : (j + 1) * cams], p[j * cams : (j + 1) * cams], last_real[j * cams : (j + 1) * cams])
-                    for t, p in steps] for j in range(b)][: max(0, w.video_sequences - len(videos))]  # fmt: skip
+        videos += [
+            [
+                (t[j * cams : (j + 1) * cams], p[j * cams : (j + 1) * cams], last_real[j * cams : (j + 1) * cams])
+                for t, p in steps
+            ]
+            for j in range(b)
+        ][: max(0, w.video_sequences - len(videos))]
     period = 0.1 * data.decision_every
     report = {
         "horizons_s": [round(period * (h + 1), 3) for h in range(w.horizons)],
-        **{name: {k: [float(np.concatenate(v).mean()) for v in per] for k, per in s.items()}
-           for name, s in scores.items()},
+        **{
+            name: {k: [float(np.concatenate(v).mean()) for v in per] for k, per in s.items()}
+            for name, s in scores.items()
+        },
         "sequences": len(starts),
         "images_per_horizon": int(sum(len(v) for v in scores["psnr"]["model"][0])),
         "eval_noise": w.eval_noise,
-    }  # fmt: skip
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "eval.json").write_text(json.dumps(report, indent=1))
     _write_video(videos, out_dir / "eval.mp4", report["horizons_s"])
@@ -177,7 +207,15 @@ def _write_video(sequences: list[list[tuple[np.ndarray, ...]]], path: Path, hori
                 for label, frames in (("simulator", true), ("world model", pred), ("copy last", copy)):
                     row = np.concatenate(list(frames[:, -1]), 1)
                     row = cv2.resize(row, (row.shape[1] * 2, row.shape[0] * 2), interpolation=cv2.INTER_NEAREST)
-                    cv2.putText(row, f"{label}  +{horizons_s[h]:g} s", (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
-                                (255, 255, 255), 1, cv2.LINE_AA)  # fmt: skip
+                    cv2.putText(
+                        row,
+                        f"{label}  +{horizons_s[h]:g} s",
+                        (4, 14),
+                        cv2.FONT_HERSHEY_SIMPLEX,
+                        0.45,
+                        (255, 255, 255),
+                        1,
+                        cv2.LINE_AA,
+                    )
                     rows.append(row)
                 video.add(np.concatenate(rows, 0))

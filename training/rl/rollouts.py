@@ -1,8 +1,8 @@
 """Closed-loop rollouts of the VLA on Ray RLlib env runners, for GRPO.
 
 ``RolloutWorkers`` owns an RLlib ``EnvRunnerGroup`` (0 runners: one in-process runner; N: N Ray
-actors, locally or on a cluster) whose env is :class:`training.rl_env.RLDriveEnv` and whose module
-is :class:`training.rl_module.VLAModule`. A call hands every runner the latest trainable weights
+actors, locally or on a cluster) whose env is :class:`training.rl.env.RLDriveEnv` and whose module
+is :class:`training.rl.module.VLAModule`. A call hands every runner the latest trainable weights
 and its share of the tasks, and gets back one :class:`Rollout` per task:
 
 - episode level: ``SingleAgentEnvRunner.sample(num_episodes=...)`` drives each (scenario, seed)
@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from loopdrive.seeding import derive_seed
 from rewards.events import INCIDENTS
 from rewards.terms import standing_blocked
-from training.rl_module import CHAIN, REASONING_IDS, SMASK, TEXT_LOGP, TRAJ_LOGP
+from training.rl.module import CHAIN, REASONING_IDS, SMASK, TEXT_LOGP, TRAJ_LOGP
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class Rollout:
 
 def _drive_env(runner):
     """The RLDriveEnv inside the runner's vector env (through gymnasium's checker wrappers)."""
-    from training.rl_env import RLDriveEnv
+    from training.rl.env import RLDriveEnv
 
     env = runner.env.unwrapped.envs[0]
     while not isinstance(env, RLDriveEnv):
@@ -93,7 +94,7 @@ def _load_weights(runner, weights: dict[str, np.ndarray] | None) -> None:
     weights = dict(weights or {})
     seed = weights.pop("__seed__", None)
     if seed is not None:
-        runner.module.generator.manual_seed(int(seed) * 1009 + runner.worker_index)
+        runner.module.generator.manual_seed(derive_seed(int(seed), runner.worker_index))
     if weights:
         state = {k: torch.from_numpy(v) for k, v in weights.items()}
         runner.module.vla.load_state_dict(state, strict=False)
@@ -109,8 +110,16 @@ def _critic(runner, spec: str):
     return runner._loopdrive_critic[1]
 
 
-def _add_reasoning(runner, rollout: Rollout, ids: np.ndarray, text_logp: np.ndarray, traj_logp: np.ndarray,
-                   plans: np.ndarray, infos: list[dict[str, Any]], critic: str | None) -> None:  # fmt: skip
+def _add_reasoning(
+    runner,
+    rollout: Rollout,
+    ids: np.ndarray,
+    text_logp: np.ndarray,
+    traj_logp: np.ndarray,
+    plans: np.ndarray,
+    infos: list[dict[str, Any]],
+    critic: str | None,
+) -> None:
     """Reasoning fields of a rollout, and its consistency score under the critic (on the runner)."""
     from rewards.consistency import consistency_score
 
@@ -119,8 +128,10 @@ def _add_reasoning(runner, rollout: Rollout, ids: np.ndarray, text_logp: np.ndar
     rollout.example_reasoning = texts[0] if texts else None
     if critic and all("causes" in i for i in infos):
         c = _critic(runner, critic)
-        scores = [consistency_score(t, p, set(i["causes"]), c, speed0=i["speed"]).overall
-                  for t, p, i in zip(texts, plans, infos)]  # fmt: skip
+        scores = [
+            consistency_score(t, p, set(i["causes"]), c, speed0=i["speed"]).overall
+            for t, p, i in zip(texts, plans, infos)
+        ]
         rollout.consistency = float(np.mean(scores)) if scores else None
 
 
@@ -137,19 +148,29 @@ def _episode_rollouts(runner, tasks: list[Task], critic: str | None = None) -> l
             for k, v in info.get("reward_terms", {}).items():
                 terms[k] = terms.get(k, 0.0) + float(v)
         rollout = Rollout(
-            uid=task.uid, group=task.group, scenario=task.scenario,
+            uid=task.uid,
+            group=task.group,
+            scenario=task.scenario,
             observations=[{k: v[i] for k, v in obs.items()} for i in range(n)],
             chains=np.asarray(ep.get_extra_model_outputs(CHAIN), np.float32),
             smasks=np.asarray(ep.get_extra_model_outputs(SMASK)) > 0.5,
             logp=np.asarray(ep.get_extra_model_outputs("action_logp"), np.float32),
-            rewards=np.asarray(ep.get_rewards(), np.float32), reward_terms=terms,
-            metrics=infos[-1].get("metrics"), env_steps=n,
-        )  # fmt: skip
+            rewards=np.asarray(ep.get_rewards(), np.float32),
+            reward_terms=terms,
+            metrics=infos[-1].get("metrics"),
+            env_steps=n,
+        )
         if REASONING_IDS in ep.extra_model_outputs:
-            _add_reasoning(runner, rollout, np.asarray(ep.get_extra_model_outputs(REASONING_IDS)),
-                           np.asarray(ep.get_extra_model_outputs(TEXT_LOGP), np.float32),
-                           np.asarray(ep.get_extra_model_outputs(TRAJ_LOGP), np.float32),
-                           np.asarray(ep.get_actions()), infos[:n], critic)  # fmt: skip
+            _add_reasoning(
+                runner,
+                rollout,
+                np.asarray(ep.get_extra_model_outputs(REASONING_IDS)),
+                np.asarray(ep.get_extra_model_outputs(TEXT_LOGP), np.float32),
+                np.asarray(ep.get_extra_model_outputs(TRAJ_LOGP), np.float32),
+                np.asarray(ep.get_actions()),
+                infos[:n],
+                critic,
+            )
         out.append(rollout)
     return out
 
@@ -240,8 +261,18 @@ def _branch_rollouts(runner, tasks: list[Task], horizon: int, critic: str | None
     return out
 
 
-def _branch(runner, env, module, task: Task, obs, sample: dict[str, torch.Tensor], info: dict[str, Any],
-            horizon: int, steps_before: int, critic: str | None) -> Rollout:  # fmt: skip
+def _branch(
+    runner,
+    env,
+    module,
+    task: Task,
+    obs,
+    sample: dict[str, torch.Tensor],
+    info: dict[str, Any],
+    horizon: int,
+    steps_before: int,
+    critic: str | None,
+) -> Rollout:
     """One branch from the restored snapshot, whose first decision is ``sample``."""
     from ray.rllib.core.columns import Columns
 
@@ -270,19 +301,35 @@ def _branch(runner, env, module, task: Task, obs, sample: dict[str, torch.Tensor
         return np.concatenate([d[1][key].numpy() for d in decisions])
 
     rollout = Rollout(
-        uid=task.uid, group=task.group, scenario=task.scenario, observations=[d[0] for d in decisions],
-        chains=stacked(CHAIN), smasks=stacked(SMASK) > 0.5, logp=stacked(Columns.ACTION_LOGP),
-        rewards=np.asarray([sum(rewards)], np.float32), reward_terms=terms, env_steps=n + steps_before,
+        uid=task.uid,
+        group=task.group,
+        scenario=task.scenario,
+        observations=[d[0] for d in decisions],
+        chains=stacked(CHAIN),
+        smasks=stacked(SMASK) > 0.5,
+        logp=stacked(Columns.ACTION_LOGP),
+        rewards=np.asarray([sum(rewards)], np.float32),
+        reward_terms=terms,
+        env_steps=n + steps_before,
         metrics=final,
-    )  # fmt: skip
+    )
     if REASONING_IDS in sample:
-        _add_reasoning(runner, rollout, stacked(REASONING_IDS), stacked(TEXT_LOGP), stacked(TRAJ_LOGP),
-                       stacked(Columns.ACTIONS), [d[2] for d in decisions], critic)  # fmt: skip
+        _add_reasoning(
+            runner,
+            rollout,
+            stacked(REASONING_IDS),
+            stacked(TEXT_LOGP),
+            stacked(TRAJ_LOGP),
+            stacked(Columns.ACTIONS),
+            [d[2] for d in decisions],
+            critic,
+        )
     return rollout
 
 
-def _run(runner, plan: dict[int, list[Task]], weights, level: str, horizon: int,
-         critic: str | None) -> tuple[list[Rollout], list[int]]:  # fmt: skip
+def _run(
+    runner, plan: dict[int, list[Task]], weights, level: str, horizon: int, critic: str | None
+) -> tuple[list[Rollout], list[int]]:
     """A runner's share of the plan: its rollouts, and the uids of every task it finished."""
     tasks = plan.get(runner.worker_index, [])
     if not tasks:
@@ -300,7 +347,7 @@ def env_runner_config(env_config: dict[str, Any], module_spec, num_env_runners: 
     PPO adds its training settings on top."""
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    from training.rl_env import RLDriveEnv
+    from training.rl.env import RLDriveEnv
 
     return (
         PPOConfig()
@@ -322,12 +369,13 @@ def env_runner_config(env_config: dict[str, Any], module_spec, num_env_runners: 
 
 
 class RolloutWorkers:
-    def __init__(self, env_config: dict[str, Any], model_config: dict[str, Any], num_env_runners: int = 0,
-                 seed: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self, env_config: dict[str, Any], model_config: dict[str, Any], num_env_runners: int = 0, seed: int = 0
+    ) -> None:
         from ray.rllib.core.rl_module.rl_module import RLModuleSpec
         from ray.rllib.env.env_runner_group import EnvRunnerGroup
 
-        from training.rl_module import VLAModule
+        from training.rl.module import VLAModule
 
         spec = RLModuleSpec(module_class=VLAModule, model_config=model_config)
         config = env_runner_config(env_config, spec, num_env_runners, seed)
@@ -354,8 +402,15 @@ class RolloutWorkers:
             return [0]
         return sorted(self.group.healthy_env_runner_ids())
 
-    def run(self, tasks: list[Task], weights: dict[str, np.ndarray] | None, level: str = "episode",
-            horizon: int = 6, retries: int = 2, critic: str | None = None) -> list[Rollout]:  # fmt: skip
+    def run(
+        self,
+        tasks: list[Task],
+        weights: dict[str, np.ndarray] | None,
+        level: str = "episode",
+        horizon: int = 6,
+        retries: int = 2,
+        critic: str | None = None,
+    ) -> list[Rollout]:
         """Every task's rollout; tasks of a runner that failed are re-run on the restarted ones."""
         results: list[Rollout] = []
         todo = list(tasks)
@@ -382,8 +437,13 @@ class RolloutWorkers:
             if not todo:
                 break
             self.reruns += len(todo)
-            log.warning("%d rollouts were lost with a failed env runner; restarting it and running them again "
-                        "(attempt %d of %d)", len(todo), attempt + 1, retries)  # fmt: skip
+            log.warning(
+                "%d rollouts were lost with a failed env runner; restarting it and running them again "
+                "(attempt %d of %d)",
+                len(todo),
+                attempt + 1,
+                retries,
+            )
         if todo:
             raise RuntimeError(f"{len(todo)} rollouts failed {retries + 1} times (env runners keep dying)")
         return results

@@ -1,0 +1,41 @@
+"""The VLA's configuration: one definition, saved with every model (``vla_config.json``) and embedded
+as the ``[model]`` section of a training recipe."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PRESETS = {
+    # text: hidden, layers, heads, kv heads, intermediate; vision: depth, hidden
+    "tiny": dict(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=256, vision_depth=2, vision_hidden=64),
+    "small": dict(hidden=768, layers=12, heads=12, kv_heads=4, intermediate=2048, vision_depth=6, vision_hidden=384),
+}
+
+
+class VLAConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backbone: Literal["qwen2_5_vl", "qwen3_vl"] = Field("qwen2_5_vl", description="the VLM's transformers class")
+    size: Literal["tiny", "small"] = Field("tiny", description="a preset of the backbone's sizes")
+    image_size: tuple[int, int] = Field(
+        (56, 112), description="(H, W) of each image fed to the VLM, multiples of 28 (patch 14 x merge 2)"
+    )
+    max_reasoning_tokens: int = Field(40, ge=1, description="longest Chain-of-Causation generated")
+    flow_steps: int = Field(10, ge=1, description="Euler steps of the flow-matching trajectory head")
+    seed: int = Field(0, description="initialisation seed (a recipe sets it to its own seed)")
+    backbone_path: str | None = Field(None, description="a local pretrained Qwen2.5-VL / Qwen3-VL folder")
+    # statistics of the training data (None: fixed scales); filled by SFT from its dataset
+    action_mean: tuple[float, float] | None = None  # (accel, curvature)
+    action_std: tuple[float, float] | None = None
+    state_mean: list[float] | None = None  # the state token's features
+    state_std: list[float] | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("image_size")
+    @classmethod
+    def _patch_multiple(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if v[0] % 28 or v[1] % 28 or min(v) <= 0:
+            raise ValueError(f"image_size {v} must be positive multiples of 28 (patch 14 x merge 2)")
+        return v

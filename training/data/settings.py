@@ -1,0 +1,42 @@
+"""The settings of a data collection (only pydantic here: the command line builds its flags from them
+without importing the simulator)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class CollectSettings(BaseModel):
+    """What to record and how: the one definition behind ``loopdrive collect``'s flags, a recipe's
+    ``[data]`` section and the settings stored with a dataset (a resumed collection must match them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bank: str = Field("core", description="scenario bank (name or folder)")
+    split: str | None = Field("train", description="bank split (none: the whole bank)")
+    agent: str = Field("expert", description="who drives: an agent spec")
+    seeds: int = Field(1, ge=1, description="episodes per scenario (seeds 0..K-1)")
+    scenarios: list[str] | None = Field(None, description="a subset of the split's scenario ids")
+    max_episodes: int | None = Field(None, ge=1, description="stop after this many episodes")
+    rig: str = Field("alpamayo4", description="camera rig")
+    camera_size: tuple[int, int] = Field((128, 256), description="rendered camera size (H, W), as in evaluation")
+    image_size: tuple[int, int] = Field((56, 112), description="stored image size (H, W): the VLA's input")
+    n_frames: int = Field(4, ge=1, description="frames per camera in an observation")
+    decision_every: int = Field(5, ge=1, description="world steps (0.1 s) per decision")
+    teacher: str = Field("template", description="template, or a critic spec whose LM writes the reasoning")
+    filter_threshold: float = Field(0.5, ge=0, le=1, description="consistency a sample's reasoning needs")
+    perturb_fraction: float = Field(0.0, ge=0, le=1, description="extra episodes started off the lane centre")
+    target: Literal["executed", "plan"] = Field(
+        "executed", description="the trajectory to learn: the future driven, or the agent's plan at each decision"
+    )
+    perturb_lateral_m: float = Field(1.0, ge=0, description="largest lateral offset of a perturbed start")
+    perturb_heading_deg: float = Field(8.0, ge=0, description="largest heading offset of a perturbed start")
+    chunk: int = Field(64, ge=1, description="samples per zarr chunk")
+
+    @field_validator("split", mode="before")
+    @classmethod
+    def _whole_bank(cls, v: Any) -> Any:
+        """TOML has no null: ``split = "all"`` means the whole bank (banks without splits, like smoke)."""
+        return None if v == "all" else v

@@ -1,0 +1,66 @@
+"""What the supervised trainers (SFT, the world model, DDRL's data term) share: the dataset they read,
+the seeded order they read it in, and the learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from loopdrive.seeding import rng as seeded_rng
+from training.checkpoints import clean_stale
+from training.data import DatasetError, DrivingDataset, collect
+from training.recipes import DataSection, TrainSection
+
+
+class EpochSampler:
+    """Batches of indices from a seeded permutation per epoch; its position is part of the state."""
+
+    def __init__(self, n: int, seed: int, epoch: int = 0, position: int = 0) -> None:
+        self.n, self.seed, self.epoch, self.position = n, seed, epoch, position
+        self._perm = self._permutation()
+
+    def _permutation(self) -> np.ndarray:
+        return seeded_rng(self.seed, self.epoch).permutation(self.n)
+
+    def next(self, batch: int) -> np.ndarray:
+        out = []
+        while len(out) < batch:
+            if self.position >= self.n:
+                self.epoch, self.position = self.epoch + 1, 0
+                self._perm = self._permutation()
+            take = min(batch - len(out), self.n - self.position)
+            out += self._perm[self.position : self.position + take].tolist()
+            self.position += take
+        return np.asarray(out)
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+
+def learning_rate(step: int, cfg: TrainSection) -> float:
+    """Linear warm-up, then cosine decay to 10% (a function of the step: nothing to checkpoint)."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def ensure_dataset(data: DataSection, progress: bool | None = None) -> DrivingDataset:
+    """Read the recipe's dataset, collecting (or finishing) it first when allowed."""
+    path = Path(data.path)
+    if data.collect:
+        collect(data.settings(), path, progress=progress)
+    elif not path.exists():
+        raise DatasetError(f"data.path {path} does not exist and data.collect is false")
+    return DrivingDataset(path, max_gb=data.max_gb)
+
+
+def prepare_run(data: DataSection, train: TrainSection, run_dir: Path, progress: bool | None = None) -> DrivingDataset:
+    """What a trainer on collected data does first: torch threads, leftovers of a killed save, the data."""
+    if train.threads:
+        torch.set_num_threads(train.threads)
+    clean_stale(run_dir)
+    return ensure_dataset(data, progress)

@@ -1,0 +1,58 @@
+"""What every RL algorithm does before its first update: find the policy to start from, describe the
+environment the env runners build, and join (or start) Ray."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evaluation.distributed import init_ray
+from training.checkpoints import clean_stale, latest_checkpoint
+from training.recipes import GRPORecipe, PPORecipe, RecipeError, RLSection
+
+
+def starting_point(recipe: GRPORecipe | PPORecipe, run_dir: Path, resume: bool) -> tuple[Path | None, Path]:
+    """(latest checkpoint when resuming, the policy to start from); RL fine-tunes a trained policy, so
+    ``init_from`` is required. Also sets the trainer's threads and clears a killed save's leftovers."""
+    if not recipe.init_from:
+        raise RecipeError(
+            f"{recipe.algorithm} fine-tunes a trained policy: set init_from (--set init_from=RUN/checkpoints/final)"
+        )
+    if recipe.rl.threads:
+        torch.set_num_threads(recipe.rl.threads)
+    clean_stale(run_dir)
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    return ckpt, Path(ckpt or recipe.init_from)
+
+
+def env_config(
+    recipe: GRPORecipe | PPORecipe, image_size: tuple[int, int], scene_facts: bool = False
+) -> dict[str, Any]:
+    """The env runners' ``RLDriveEnv`` config: the recipe's bank and rewards, the data's observation
+    set-up (the policy was trained on it), cameras resized to the policy's ``image_size``; with
+    ``scene_facts`` every info carries the scene's causes (for the reasoning-consistency reward)."""
+    from envs.interface import DEFAULT_OBSERVATIONS
+
+    rl, d = recipe.rl, recipe.data
+    cfg = {
+        "bank": rl.bank,
+        "split": rl.split,
+        "rig": d.rig,
+        "n_frames": d.n_frames,
+        "decision_every": d.decision_every,
+        "camera_size": list(d.camera_size),
+        "observations": list(DEFAULT_OBSERVATIONS),
+        "image_size": list(image_size),
+    }
+    if rl.rewards is not None:
+        cfg["rewards"] = dict(rl.rewards)
+    if scene_facts:
+        cfg["scene_facts"] = True
+    return cfg
+
+
+def connect_ray(rl: RLSection, eval_workers: int = 0) -> None:
+    """Join ``rl.ray_address``, or start a local Ray with a CPU for each env runner and eval worker."""
+    init_ray(max(2, rl.env_runners + max(1, eval_workers)), rl.ray_address)
