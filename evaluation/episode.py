@@ -225,7 +225,7 @@ class EpisodeRunner:
         if not self._started:
             return base
         m = metrics or env.episode_metrics()
-        track = env._ego_track
+        track = env.ego_track
         lateral = [abs(e.lateral) for e in track]
         trace = [[round(e.x, 2), round(e.y, 2)] for e in track[::TRACE_EVERY]] + [
             [round(track[-1].x, 2), round(track[-1].y, 2)]

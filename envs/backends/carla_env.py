@@ -19,14 +19,11 @@ need the privileged expert's plan, ``snapshot`` / ``restore`` (step-level GRPO),
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
-from envs import interface
 from envs import observations as obs_mod
 from envs.backends.carla_connection import (
     CarlaUnavailable,
@@ -39,13 +36,12 @@ from envs.backends.carla_control import PedalController
 from envs.backends.carla_episode import CarlaEpisode, FrameData
 from envs.backends.carla_scenarios import carla_setup
 from envs.backends.carla_session import FRAME_DT
-from envs.controller import TrajectoryController
-from envs.interface import DEFAULT_OBSERVATIONS, InvalidActionError
-from envs.sensors import make_rig
+from envs.drive_env import DriveEnv
+from envs.interface import DEFAULT_OBSERVATIONS
 from envs.sensors.video import camera_grid, status_bar
 from envs.world import DT
 from envs.world.kernels import route_points_ego
-from rewards import DEFAULT_REWARDS, Event, EventKind, RewardComposer, Transition
+from rewards import EgoState, EpisodeLog, Event
 from scenarios import Scenario
 
 FRAMES_PER_STEP = round(DT / FRAME_DT)  # server frames per 0.1 s world step
@@ -60,8 +56,9 @@ def open_session(host: str, port: int, tm_port: int, timeout_s: float):
     return CarlaSession(host, port, tm_port, timeout_s)
 
 
-class CarlaDriveEnv(gym.Env):
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
+class CarlaDriveEnv(DriveEnv):
+    """``LoopDrive-v0`` with a CARLA server as the world (see the module docstring); the spaces, reward
+    terms, events and metric suites are :class:`envs.drive_env.DriveEnv`'s, as on the embedded world."""
 
     def __init__(
         self,
@@ -90,47 +87,44 @@ class CarlaDriveEnv(gym.Env):
     ) -> None:
         if backend != "carla":
             raise ValueError(f"CarlaDriveEnv is the 'carla' backend, got backend={backend!r}")
-        interface.check_options(action_mode, invalid_action, observations, render_mode, n_frames)
         privileged = [o for o in observations if o in UNSUPPORTED_OBSERVATIONS]
         if privileged:
             raise ValueError(
                 f"observations {privileged} read the embedded world and do not exist on CARLA; "
                 f"use {list(DEFAULT_OBSERVATIONS)}"
             )
-        self.scenarios, self.bank_name, self.bank_version = interface.load_scenarios(bank, scenario, split)
-        self.action_mode = action_mode
-        self.decision_every = interface.decision_period(decision_every, action_mode)
-        self.observation_keys = tuple(observations)
-        self.invalid_action = invalid_action
-        self.terminate_on_collision = terminate_on_collision
-        self.render_mode = render_mode
-        self.composer = RewardComposer(dict(DEFAULT_REWARDS if rewards is None else rewards))
+        super().__init__(
+            bank=bank,
+            scenario=scenario,
+            split=split,
+            rig=rig,
+            rewards=rewards,
+            action_mode=action_mode,
+            observations=observations,
+            camera_size=camera_size,
+            n_frames=n_frames,
+            decision_every=decision_every,
+            invalid_action=invalid_action,
+            terminate_on_collision=terminate_on_collision,
+            leaderboard_version=leaderboard_version,
+            render_mode=render_mode,
+        )
         if self.composer.needs_reference:
             raise ValueError(
                 "reward terms that compare with the privileged expert's plan (e.g. ade_expert) need "
                 "the embedded world; drop them for backend='carla'"
             )
-        self.leaderboard_version = leaderboard_version
-        self.n_frames = n_frames
-        h, w = camera_size
-        self.rig = make_rig(rig, h, w)
-        self.observation_space = interface.observation_space(observations, len(self.rig), n_frames, (h, w), 0)
-        self.action_space = interface.action_space(action_mode)
-
+        if self._frames is None:  # the server's images are the video too
+            h, w = camera_size
+            self._frames = np.zeros((len(self.rig), n_frames, h, w, 3), np.uint8)
         self.address = (carla_host, int(carla_port), int(carla_tm_port), float(carla_timeout_s))
         self.retry = carla_retry if isinstance(carla_retry, RetryPolicy) else RetryPolicy(**(carla_retry or {}))
         self.restart = docker_restart(carla_container) if carla_container else None
         self.session_factory = session_factory or open_session
         self.session = None
         self.world: CarlaEpisode | None = None  # what evaluation reads as the env's world (``t``, the log)
-        self.scenario: Scenario | None = None
-        self.controller = TrajectoryController()
         self.pedals = PedalController()
-        self.history = obs_mod.EgoHistory()
-        self.step_hooks: list[Callable[[CarlaDriveEnv], None]] = []
-        self.render_seconds = 0.0
-        self._frames = np.zeros((len(self.rig), n_frames, h, w, 3), np.uint8)
-        self._done = False
+        self._frame: FrameData | None = None  # the last server frame read
 
     # --- the server -----------------------------------------------------------------------------------------
     def _connected(self):
@@ -152,38 +146,76 @@ class CarlaDriveEnv(gym.Env):
         self._drop_session()
         self.world = None
 
-    # --- episode ------------------------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        options = options or {}
+    # --- the backend's hooks ----------------------------------------------------------------------------------
+    def _start(self, scenario: Scenario, seed: int, options: dict[str, Any]) -> None:
         if "ego_offset" in options:
             raise ValueError("reset option 'ego_offset' (perturbed starts) exists on the embedded backend only")
-        scn = interface.pick_scenario(self.scenarios, options.get("scenario"), self.np_random, self.bank_name)
-        episode_seed = int(self.np_random.integers(2**31 - 1))
-        setup = carla_setup(scn, seed=episode_seed)
+        setup = carla_setup(scenario, seed=seed)
 
         def start() -> tuple[np.ndarray, FrameData]:
             session = self._connected()
             session.close()  # whatever a previous (or failed) episode left behind
             session.prepare(setup)
-            route = session.pick_route(setup, np.random.default_rng(episode_seed))
+            route = session.pick_route(setup, np.random.default_rng(seed))
             session.spawn(route, self.rig, setup)
             for i in range(SETTLE_FRAMES):
                 frame = session.tick(0.0, 1.0, 0.0, read=i == SETTLE_FRAMES - 1)
             return route, frame
 
         route, first = run_with_retries(start, self.retry, reconnect=self._drop_session, restart=self.restart)
-        self.scenario, self.setup = scn, setup
+        self.setup = setup
         self.world = CarlaEpisode(route, first)
-        self.controller = TrajectoryController()
         self.pedals = PedalController(self.session.max_steer_rad)
         self.history.fill(*first.ego)
-        self._ego_track = [self.world.ego_record()]
-        self._returns: dict[str, float] = dict.fromkeys(self.composer.terms, 0.0)
-        self._done = False
-        self._store_images(first, slice(None))
-        return self._observe(), self._info([], {})
+        self._frame = first
 
+    def _pose(self) -> tuple[float, float, float, float, float]:
+        x, y, yaw, speed = self.world.frame.ego
+        return x, y, yaw, speed, self.world.steer
+
+    def _advance(self, accel: float, steer: float) -> list[Event]:
+        ep = self.world
+        pedals = self.pedals(accel, steer, ep.frame.ego[3], ep.accel, DT)
+        sensor_events: list[dict[str, Any]] = []
+        for j in range(FRAMES_PER_STEP):  # the state is read at the step's last frame, events at every one
+            frame = self.session.tick(*pedals, read=j == FRAMES_PER_STEP - 1)
+            sensor_events += frame.events
+        self._frame = frame
+        events = ep.advance(frame, sensor_events, steer)
+        self.history.push_pose(*frame.ego)
+        return events
+
+    def _capture(self, slot: int) -> None:
+        frame = self._frame
+        for i, cam in enumerate(self.rig):
+            if cam.name not in frame.images:
+                raise RuntimeError(f"CARLA frame {frame.frame} has no image from camera {cam.name!r}")
+            self._frames[i, slot] = frame.images[cam.name]
+
+    def ego_record(self) -> EgoState:
+        return self.world.ego_record()
+
+    def episode_log(self) -> EpisodeLog:
+        return self.world.episode_log(self._ego_track)
+
+    def _ego_state_vector(self) -> np.ndarray:
+        ep = self.world
+        speed = ep.frame.ego[3]
+        values = (speed, ep.accel, ep.yaw_rate, ep.steer, ep.frame.speed_limit, ep.lateral, ep.heading_error)
+        return np.array(values, np.float32)
+
+    def _route_points(self) -> np.ndarray:
+        ep = self.world
+        x, y, yaw, _ = ep.frame.ego
+        return route_points_ego(
+            ep.route_xy, ep.route_s, ep.route_s_now, obs_mod.ROUTE_SPACING, obs_mod.ROUTE_POINTS, x, y, yaw
+        )
+
+    def _route_command(self) -> int:
+        ep = self.world
+        return obs_mod.route_command_from_geometry(ep.route_xy, ep.route_s, ep.route_s_now)
+
+    # --- episode ------------------------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         raise NotImplementedError("a CARLA episode cannot be branched; step-level GRPO needs backend='embedded'")
 
@@ -191,118 +223,16 @@ class CarlaDriveEnv(gym.Env):
         raise NotImplementedError("a CARLA episode cannot be branched; step-level GRPO needs backend='embedded'")
 
     def step(self, action):
-        if self.world is None:
-            raise RuntimeError("call reset() before step()")
-        if self._done:
-            raise RuntimeError("the episode has ended; call reset()")
         try:
-            control = interface.check_action(action, self.action_space, self.action_mode)
-        except InvalidActionError as e:
-            if self.invalid_action == "raise":
-                raise
-            self._done = True
-            event = Event(EventKind.INVALID_ACTION, self.world.t, reason=str(e))
-            self.world.log.append(event)
-            info = self._info([event], dict.fromkeys(self.composer.terms, 0.0))
-            info["metrics"] = self.episode_metrics()
-            return self._observe(), 0.0, True, False, info
-        try:
-            return self._drive(action, control)
+            return super().step(action)
         except Exception as e:
             if not is_connection_error(e):
                 raise
             self._drop_session()
             raise CarlaUnavailable(f"lost the CARLA server mid-episode at t={self.world.t:.1f} s: {e}") from e
 
-    def _drive(self, action, control: tuple[float, float] | None):
-        ep, session = self.world, self.session
-        if control is None:
-            self.controller.set_plan(action, *ep.frame.ego)
-        events: list[dict[str, Any]] = []
-        terms = dict.fromkeys(self.composer.terms, 0.0)
-        reward = 0.0
-        terminated = truncated = False
-        n = self.decision_every
-        render_from = n - min(self.n_frames, n)
-        if n < self.n_frames:
-            self._frames[:, :-n] = self._frames[:, n:].copy()
-        for k in range(n):
-            x, y, yaw, speed = ep.frame.ego
-            accel, steer = control if control is not None else self.controller.control(x, y, yaw, speed, ep.steer)
-            pedals = self.pedals(accel, steer, speed, ep.accel, DT)
-            sensor_events: list[dict[str, Any]] = []
-            for j in range(FRAMES_PER_STEP):  # the state is read at the step's last frame, events at every one
-                frame = session.tick(*pedals, read=j == FRAMES_PER_STEP - 1)
-                sensor_events += frame.events
-            new_events = ep.advance(frame, sensor_events, steer)
-            self.history.push_pose(*frame.ego)
-            ego = ep.ego_record()
-            r, values = self.composer(Transition(self._ego_track[-1], action, ego, new_events, DT, None, None))
-            self._ego_track.append(ego)
-            reward += r
-            for key, v in values.items():
-                terms[key] += v
-            events.extend(new_events)
-            if k >= render_from:
-                self._store_images(frame, self.n_frames - (n - k))
-            for hook in self.step_hooks:
-                hook(self)
-            terminated = interface.is_terminal(new_events, self.terminate_on_collision)
-            truncated = ep.t >= self.scenario.duration_s - 1e-9
-            if terminated or truncated:
-                break
-        for key, v in terms.items():
-            self._returns[key] += v
-        info = self._info(events, terms)
-        if terminated or truncated:
-            self._done = True
-            info["metrics"] = self.episode_metrics()
-        return self._observe(), float(reward), terminated, truncated, info
-
-    def _store_images(self, frame: FrameData, slot) -> None:
-        t0 = time.perf_counter()
-        for i, cam in enumerate(self.rig):
-            if cam.name not in frame.images:
-                raise RuntimeError(f"CARLA frame {frame.frame} has no image from camera {cam.name!r}")
-            self._frames[i, slot] = frame.images[cam.name]
-        self.render_seconds += time.perf_counter() - t0
-
-    # --- observation and info ---------------------------------------------------------------------------------
-    def _observe(self) -> dict[str, Any]:
-        ep, keys = self.world, self.observation_keys
-        x, y, yaw, speed = ep.frame.ego
-        out: dict[str, Any] = {}
-        if "cameras" in keys:
-            out["cameras"] = self._frames.copy()
-        if "ego_history" in keys:
-            out["ego_history"] = self.history.observe_from(x, y, yaw)
-        if "ego_state" in keys:
-            out["ego_state"] = np.array(
-                [speed, ep.accel, ep.yaw_rate, ep.steer, ep.frame.speed_limit, ep.lateral, ep.heading_error], np.float32
-            )
-        if "route" in keys:
-            out["route"] = route_points_ego(
-                ep.route_xy, ep.route_s, ep.route_s_now, obs_mod.ROUTE_SPACING, obs_mod.ROUTE_POINTS, x, y, yaw
-            )
-        if "command" in keys:
-            out["command"] = obs_mod.route_command_from_geometry(ep.route_xy, ep.route_s, ep.route_s_now)
-        return out
-
-    def _info(self, events: list[dict[str, Any]], terms: dict[str, float]) -> dict[str, Any]:
-        return {
-            "scenario": self.scenario.id,
-            "family": self.scenario.family,
-            "t": self.world.t,
-            "reward_terms": terms,
-            "events": events,
-            "carla": self.setup.to_dict(),
-        }
-
-    def episode_metrics(self) -> dict[str, Any]:
-        """Summary of the episode so far: statistics, infractions, every metric suite."""
-        return interface.summarise_episode(
-            self.world.episode_log(self._ego_track), self.world.stats(), self._returns, self.leaderboard_version
-        )
+    def _info(self, events: list[Event], terms: dict[str, float]) -> dict[str, Any]:
+        return super()._info(events, terms) | {"carla": self.setup.to_dict()}
 
     # --- rendering ----------------------------------------------------------------------------------------------
     def render(self):

@@ -205,7 +205,7 @@ def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats,
         facts = scene_facts(world)
         decisions.append(
             {
-                "k": len(env._ego_track) - 1,
+                "k": len(env.ego_track) - 1,
                 "obs": obs,
                 "facts": facts,
                 "reasoning": out.reasoning or "",
@@ -223,7 +223,7 @@ def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats,
         return []
     samples = []
     for d in decisions:
-        target = d["plan"] if cfg.target == "plan" else future_in_ego_frame(env._ego_track, d["k"])
+        target = d["plan"] if cfg.target == "plan" else future_in_ego_frame(env.ego_track, d["k"])
         if target is None:
             stats.short_future += 1
             continue

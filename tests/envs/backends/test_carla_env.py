@@ -1,6 +1,6 @@
-"""The CARLA env backend against a stand-in server (tests/carla_fake.py): the env API, our events from
+"""The CARLA env backend against a stand-in server (tests/envs/backends/carla_fake.py): the env API, our events from
 CARLA's sensors, pedals, the retry policy around episodes, and ``loopdrive eval --backend carla``.
-(Against a live server: tests/test_carla_server.py.)"""
+(Against a live server: tests/envs/backends/test_carla_server.py.)"""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from envs.backends.carla_control import PedalController
 from envs.backends.carla_env import CarlaDriveEnv
 from envs.backends.carla_episode import CarlaEpisode, FrameData, TrafficLight
 from rewards import compute_suites
-from tests.carla_fake import LIGHT_ID, ROUTE, WALKER_ID, FakeCarlaServer, follow_route
+from tests.envs.backends.carla_fake import LIGHT_ID, ROUTE, WALKER_ID, FakeCarlaServer, follow_route
 
 NO_WAIT = RetryPolicy(attempts=3, backoff_s=0.0)
 
@@ -65,9 +65,9 @@ def test_an_episode_follows_the_planned_route_to_its_end_with_every_metric_suite
     assert metrics["events"].get("route_complete") == 1, metrics["events"]
     assert metrics["infractions"] == [] and metrics["route_completion"] == pytest.approx(1.0)
     assert metrics["leaderboard"]["score"] == pytest.approx(100.0)
-    assert set(metrics["suites"]) == set(compute_suites(env.world.episode_log(env._ego_track)))
-    assert max(abs(e.lateral) for e in env._ego_track) < 1.0  # the pedals and steer track the plan
-    assert env._ego_track[-1].speed == pytest.approx(8.0, abs=1.5)
+    assert set(metrics["suites"]) == set(compute_suites(env.world.episode_log(env.ego_track)))
+    assert max(abs(e.lateral) for e in env.ego_track) < 1.0  # the pedals and steer track the plan
+    assert env.ego_track[-1].speed == pytest.approx(8.0, abs=1.5)
     assert infos[-1]["carla"]["town"] == "Town07"
     # the cameras are the server's images, the newest last
     assert obs["cameras"].shape == (4, 2, 32, 64, 3) and (obs["cameras"] == obs["cameras"][:, :, :1, :1]).all()
@@ -251,9 +251,9 @@ def test_loopdrive_eval_backend_carla_from_the_command_line(tmp_path, monkeypatc
 
 
 def test_the_real_session_code_runs_end_to_end_on_a_stand_in_carla_module(monkeypatch):
-    """CarlaSession itself (not the stand-in session) under the env, with tests/carla_module_fake.py as
+    """CarlaSession itself (not the stand-in session) under the env, with tests/envs/backends/carla_module_fake.py as
     the ``carla`` module: route planning on the topology, spawning, frames, events, clean-up."""
-    from tests import carla_module_fake
+    from tests.envs.backends import carla_module_fake
 
     carla = carla_module_fake.module()
     monkeypatch.setitem(sys.modules, "carla", carla)

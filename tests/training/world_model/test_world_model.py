@@ -260,7 +260,7 @@ def test_world_model_resume_matches_an_uninterrupted_run(rollouts, tmp_path):
 
 def test_shipped_world_model_recipes_validate():
     for name in ("world_model_tiny", "ddrl_tiny"):
-        recipe = load_recipe(Path(__file__).parents[1] / "configs" / f"{name}.toml")
+        recipe = load_recipe(Path(__file__).resolve().parents[3] / "configs" / f"{name}.toml")
         assert recipe.algorithm == name.removesuffix("_tiny")
 
 
@@ -302,7 +302,7 @@ def test_worldmodel_backend_shows_imagined_frames_while_the_world_moves(front_mo
     assert imagined.world.state.x[0] == rendered.world.state.x[0]  # the same world underneath
     assert np.array_equal(obs["cameras"], first["cameras"])  # a copy-last model imagines the first frame
     assert not np.array_equal(real["cameras"], first["cameras"])  # while the renderer shows the car moving
-    motion = motion_from_track(imagined._ego_track, 0, 5)
+    motion = motion_from_track(imagined.ego_track, 0, 5)
     assert motion.shape == (11,) and motion[8] > 1.0  # ~2 m ahead after 0.5 s
 
 

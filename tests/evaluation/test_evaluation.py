@@ -17,7 +17,7 @@ from evaluation import EvalConfig, EvalConfigError, Journal, evaluate, load_eval
 from evaluation.regress import bootstrap_p, sign_test_p
 from loopdrive.cli import main
 
-TESTS = Path(__file__).parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository: Ray workers import tests.evaluation.plugin_agents from it
 FEW = ["curve-000", "cut_in-000", "lead_brake-000", "straight-000"]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
@@ -111,20 +111,26 @@ def test_resume_after_kill_9_gives_the_same_summary(expert_run, tmp_path):
 
 
 def test_failing_agents_are_recorded_and_the_run_goes_on(tmp_path):
-    cfg = EvalConfig(bank="smoke", agent="plugin_agents:Crashes", scenarios=["curve-000", "straight-000"])
+    cfg = EvalConfig(
+        bank="smoke", agent="tests.evaluation.plugin_agents:Crashes", scenarios=["curve-000", "straight-000"]
+    )
     s = evaluate(cfg, tmp_path / "crash", progress=False)
     assert s["episodes"]["agent_error"] == 1 and s["episodes"]["ok"] == 1
     rec = next(r for r in Journal(tmp_path / "crash" / "episodes.jsonl").records.values() if r["status"] != "ok")
     assert rec["scenario"] == "curve-000" and "planner exploded on purpose" in rec["error"]
     assert rec["suites"]["leaderboard"]["route_completion"] < 100  # scored up to the crash
 
-    s = evaluate(cfg.model_copy(update={"agent": "plugin_agents:ReturnsNaN"}), tmp_path / "nan", progress=False)
+    s = evaluate(
+        cfg.model_copy(update={"agent": "tests.evaluation.plugin_agents:ReturnsNaN"}), tmp_path / "nan", progress=False
+    )
     assert s["episodes"]["agent_error"] == 1 and s["episodes"]["ok"] == 1
     assert "non-finite" in s["failures"][0]["error"] and s["failures"][0]["key"].startswith("straight-000")
 
 
 def test_a_hanging_agent_times_out(tmp_path):
-    cfg = EvalConfig(bank="smoke", agent="plugin_agents:Hangs", scenarios=["curve-000"], episode_timeout_s=1.0)
+    cfg = EvalConfig(
+        bank="smoke", agent="tests.evaluation.plugin_agents:Hangs", scenarios=["curve-000"], episode_timeout_s=1.0
+    )
     t0 = time.time()
     s = evaluate(cfg, tmp_path, progress=False)
     assert time.time() - t0 < 20
@@ -134,7 +140,7 @@ def test_a_hanging_agent_times_out(tmp_path):
 def test_rig_ablation_and_seeds(tmp_path):
     cfg = EvalConfig(
         bank="smoke",
-        agent="plugin_agents:NoisyExpert",
+        agent="tests.evaluation.plugin_agents:NoisyExpert",
         scenarios=["curve-000", "s_bend-000"],
         rigs=["alpamayo4", "front_only"],
         seeds=2,
@@ -154,15 +160,17 @@ def test_rig_ablation_and_seeds(tmp_path):
 @pytest.mark.slow
 def test_ray_workers_give_the_same_results_and_survive_a_dying_worker(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        base = EvalConfig(bank="smoke", agent="plugin_agents:NoisyExpert", scenarios=FEW[:3])
+        base = EvalConfig(bank="smoke", agent="tests.evaluation.plugin_agents:NoisyExpert", scenarios=FEW[:3])
         s0 = evaluate(base, tmp_path / "w0", progress=False)
         s2 = evaluate(base.model_copy(update={"workers": 2}), tmp_path / "w2", progress=False)
         _same(s0, s2)
-        cfg = EvalConfig(bank="smoke", agent="plugin_agents:KillsItsWorker", scenarios=FEW[:2], workers=2)
+        cfg = EvalConfig(
+            bank="smoke", agent="tests.evaluation.plugin_agents:KillsItsWorker", scenarios=FEW[:2], workers=2
+        )
         s = evaluate(cfg, tmp_path / "dies", progress=False)
     finally:
         ray.shutdown()

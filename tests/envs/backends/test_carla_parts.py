@@ -1,5 +1,5 @@
 """The CARLA backend's parts that need no server: frames, routes on a topology, scenario translation,
-the connection retry policy. (Tests against a live server: tests/test_carla_server.py.)"""
+the connection retry policy. (Tests against a live server: tests/envs/backends/test_carla_server.py.)"""
 
 from __future__ import annotations
 

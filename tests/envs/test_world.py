@@ -12,7 +12,7 @@ from envs import RouteFollower, TrajectoryController, World
 from envs.world import Mode
 from scenarios import FAMILIES, load_bank, make_scenario
 from scenarios import geometry as geo
-from tests.helpers import drive_world, route_plan
+from tests.envs.helpers import drive_world, route_plan
 
 
 def _with(scn, **update):
@@ -245,7 +245,7 @@ def test_same_scenario_seed_and_actions_are_bit_identical_across_processes():
     here = _rollout_digest("smoke", "traffic_jam-000", 120)
     assert here == _rollout_digest("smoke", "traffic_jam-000", 120)
     code = textwrap.dedent("""
-        from tests.test_world import _rollout_digest
+        from tests.envs.test_world import _rollout_digest
         print(_rollout_digest("smoke", "traffic_jam-000", 120))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -2,7 +2,7 @@
 
 It implements only the calls the session makes, on one straight 600 m road along CARLA's x axis
 (spawn points every 50 m). This checks the session's own code (frames, queues, clean-up), not
-CARLA's API; tests/test_carla_server.py does that against a real server.
+CARLA's API; tests/envs/backends/test_carla_server.py does that against a real server.
 """
 
 from __future__ import annotations

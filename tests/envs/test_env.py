@@ -222,7 +222,7 @@ def test_ttc_and_expert_terms_through_the_env(empty_straight):
         rewards={"ttc": -1.0, "ade_expert": -0.1, "collision": -10.0},
     )
     env.reset(seed=0)
-    from tests.helpers import route_plan
+    from tests.envs.helpers import route_plan
 
     ttc_steps, ade = 0, []
     for _ in range(20):

@@ -40,7 +40,7 @@ def test_loopdrive_v0_drives_an_episode_on_carla_and_cleans_up():
     pytest.importorskip("carla", reason="the CARLA client is not installed (pip install '.[carla]')")
     import gymnasium as gym
 
-    from tests.carla_fake import follow_route
+    from tests.envs.backends.carla_fake import follow_route
 
     port = int(os.environ.get("LOOPDRIVE_CARLA_PORT", 2000))
     env = gym.make(

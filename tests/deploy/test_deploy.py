@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SERVICES = {"carla", "ray-head", "ray-worker", "trainer", "critic", "rewards"}
 
 

@@ -1,4 +1,4 @@
-"""Misbehaving agents for the evaluation tests, loaded by spec (``plugin_agents:Crashes``).
+"""Misbehaving agents for the evaluation tests, loaded by spec (``tests.evaluation.plugin_agents:Crashes``).
 
 Importable by Ray workers too: the tests put this folder on PYTHONPATH.
 """

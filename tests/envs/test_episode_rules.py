@@ -1,0 +1,66 @@
+"""The episode rules every backend applies: collisions, stop lines, the route book."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import pytest
+
+from envs.episode_rules import (
+    ROUTE_DEVIATION,
+    WRONG_WAY_DISTANCE,
+    RouteBook,
+    StopLine,
+    collision_event,
+    is_wrong_way,
+    pass_stop_lines,
+)
+from rewards import EventKind
+
+
+@pytest.mark.parametrize(
+    ("other", "speed", "where", "at_fault"),
+    [
+        ((5.0, 0.0), 5.0, "front", True),
+        ((-5.0, 0.0), 5.0, "rear", False),
+        ((0.0, 2.0), 5.0, "lateral", True),
+        ((5.0, 0.0), 0.2, "front", False),
+    ],
+)
+def test_a_collision_is_classified_and_blamed_as_alpasim_does(other, speed, where, at_fault):
+    e = collision_event(1.0, (0.0, 0.0, 0.0, speed), (4.8, 2.0), "car", "vehicle", other, 3.0)
+    assert (e.kind, e.where, e.at_fault, e.actor_speed) == (EventKind.COLLISION, where, at_fault, 3.0)
+
+
+def test_stop_lines_red_lights_and_stop_signs():
+    stopped = defaultdict(bool)
+    red = StopLine("light", 10.0, signal="s1", red=True)
+    sign = StopLine("sign", 30.0)
+    assert [e.kind for e in pass_stop_lines(0.1, 9.0, 10.5, 5.0, [red, sign], stopped)] == [EventKind.RED_LIGHT]
+    green = StopLine("light", 10.0, signal="s1", red=False)
+    assert pass_stop_lines(0.1, 9.0, 10.5, 5.0, [green], stopped) == []
+    assert pass_stop_lines(0.1, 24.0, 25.0, 0.1, [sign], stopped) == [] and stopped["sign"]  # stopped 5 m short
+    assert pass_stop_lines(0.2, 29.5, 30.5, 3.0, [sign], stopped) == []  # crossing after a stop: fine
+    run = pass_stop_lines(0.2, 29.5, 30.5, 3.0, [StopLine("other", 30.0)], defaultdict(bool))
+    assert [e.kind for e in run] == [EventKind.STOP_SIGN]
+
+
+def test_the_route_book_reports_each_infraction_once():
+    book = RouteBook(goal_distance=100.0)
+    events = []
+    for k in range(40):  # 2 m per step against the lane
+        events += book.update(0.1 * k, 0.1, 2.0, 2.0 * k, 0.0, 10.0, True, True, "lane7")
+    wrong = [e for e in events if e.kind is EventKind.WRONG_WAY]
+    assert len(wrong) == 1 and wrong[0].lane == "lane7" and book.wrong_way_run >= WRONG_WAY_DISTANCE
+    assert book.distance_outside_route_lanes == pytest.approx(80.0)
+    assert [e.kind for e in book.update(4.0, 0.1, 1.0, 90.0, ROUTE_DEVIATION + 1, 10.0, False, False)] == [
+        EventKind.ROUTE_DEVIATION
+    ]
+    assert [e.kind for e in book.update(4.1, 0.1, 10.0, 100.0, 0.0, 0.0, False, False)] == [EventKind.ROUTE_COMPLETE]
+    assert book.update(4.2, 0.1, 0.0, 100.0, 0.0, 0.0, False, False) == [] and book.time_stopped == pytest.approx(0.2)
+
+
+def test_wrong_way_needs_motion_against_the_lane():
+    assert is_wrong_way(math.pi, 0.0, 5.0) and not is_wrong_way(0.1, 0.0, 5.0)
+    assert not is_wrong_way(math.pi, 0.0, 0.2) and not is_wrong_way(math.pi, None, 5.0)

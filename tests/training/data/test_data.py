@@ -1,0 +1,126 @@
+"""Collecting, resuming and reading driving data; labels, the teacher and the consistency filter."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rewards.transition import EgoState
+from tests.training.helpers import SCENARIOS, collect_settings
+from training.data import DrivingDataset, card_path, collect, future_in_ego_frame
+from training.data.labels import ConsistencyFilter, TemplateTeacher, label_meta_actions
+
+
+def test_dataset_round_trip_and_card(dataset):
+    ds = DrivingDataset(dataset)
+    card = json.loads(card_path(dataset).read_text())
+    assert card["samples"] == len(ds) > 20
+    assert card["episodes_complete"] == 3  # two scenarios + one perturbed start
+    assert card["rig"] == "alpamayo4" and card["image_size"] == [56, 112]
+    assert sum(card["labels"]["meta_actions"].values()) >= len(ds)
+    assert card["labels"]["filter"]["kept"] == len(ds)
+    obs, reasoning, target = ds.batch([0, len(ds) - 1])
+    assert obs[0]["cameras"].shape == (4, 1, 56, 112, 3) and obs[0]["cameras"].dtype == np.uint8
+    assert target.shape == (2, 64, 3) and np.isfinite(target).all()
+    assert all(r.endswith(".") for r in reasoning)
+    assert ds.arrays["perturbed"].any() and not ds.arrays["perturbed"].all()
+    # the target is the driven future: at speed, it starts ahead of the car
+    moving = ds.arrays["speed0"] > 3
+    assert (ds.arrays["target"][moving, 0, 0] > 0).all()
+    # collecting again into the same path finds nothing to do
+    again = collect(collect_settings(), dataset, progress=False)
+    assert again["samples"] == len(ds)
+
+
+def test_collect_resumes_after_a_kill(dataset, tmp_path, monkeypatch):
+    from training.data import record as data_mod
+
+    real = data_mod._rollout
+    calls = {"n": 0}
+
+    def dies_on_the_third(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # as a kill between episodes
+        return real(*a, **k)
+
+    path = tmp_path / "resumed.zarr"
+    monkeypatch.setattr(data_mod, "_rollout", dies_on_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        collect(collect_settings(), path, progress=False)
+    monkeypatch.setattr(data_mod, "_rollout", real)
+    collect(collect_settings(), path, progress=False)
+    a, b = DrivingDataset(dataset), DrivingDataset(path)
+    for k in ("cameras", "target", "ego_history", "episode"):
+        np.testing.assert_array_equal(a.arrays[k], b.arrays[k])
+    assert a.text["reasoning"] == b.text["reasoning"]
+    with pytest.raises(ValueError, match="other settings"):
+        collect(collect_settings(n_frames=2), path, progress=False)
+
+
+def test_collect_the_agents_plan_as_the_target(dataset, tmp_path):
+    """``target="plan"`` keeps the collecting agent's plan at each decision, so no sample lacks a target."""
+    import envs  # noqa: F401
+    from agents import load_agent
+    from envs import LoopDriveEnv
+
+    path = tmp_path / "plan.zarr"
+    collect(collect_settings(scenarios=SCENARIOS[:1], perturb_fraction=0.0, target="plan"), path, progress=False)
+    plan = DrivingDataset(path)
+    card = json.loads(card_path(path).read_text())
+    assert card["labels"]["short_future"] == 0
+    driven = DrivingDataset(dataset)
+    first = driven.arrays["episode"] == driven.arrays["episode"][0]
+    assert len(plan) > first.sum()  # the driven future is missing for the last 6.4 s of an episode
+    env = LoopDriveEnv(
+        bank="smoke", n_frames=1, observations=("cameras", "ego_history", "ego_state", "route", "command")
+    )
+    obs, _ = env.reset(seed=0, options={"scenario": SCENARIOS[0]})
+    expert = load_agent("expert")
+    expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    np.testing.assert_allclose(plan.arrays["target"][0], expert.act(obs).trajectory, atol=1e-5)
+    with pytest.raises(ValueError, match="target"):  # the settings refuse a target there is no data for
+        collect_settings(target="imagined")
+
+
+def test_future_in_ego_frame():
+    # a car at (10, 5) heading north, driving north at 10 m/s
+    track = [
+        EgoState(i * 0.1, 10.0, 5.0 + i, np.pi / 2, 10, 0, 0, 0, 0, 0, 0, 0, 0, False, False, False) for i in range(80)
+    ]
+    fut = future_in_ego_frame(track, 0)
+    np.testing.assert_allclose(fut[:, 0], np.arange(1, 65), atol=1e-5)
+    np.testing.assert_allclose(fut[:, 1:], 0.0, atol=1e-5)
+    assert future_in_ego_frame(track, 20) is None
+
+
+def test_filter_counts_crafted_inconsistent_samples():
+    filt = ConsistencyFilter(threshold=0.5)
+    samples = [
+        ("The traffic light ahead is red, so accelerate.", {"stop"}, {"red_light"}),  # contradicts
+        ("A pedestrian is near my path, so slow down.", {"keep_speed"}, set()),  # nothing there, wrong action
+        ("The traffic light ahead is red, so come to a stop.", {"stop"}, {"red_light"}),  # consistent
+        ("There is a lead vehicle ahead, so slow down.", {"decelerate"}, {"lead_vehicle"}),  # consistent
+    ]
+    kept = [filt(*s)[0] for s in samples]
+    assert kept == [False, False, True, True]
+    stats = filt.stats()
+    assert stats["kept"] == 2 and stats["rejected"] == 2
+    assert any(r.startswith("contradicts_executed_action:accelerate") for r in stats["rejected_by_reason"])
+
+
+def test_template_teacher_agrees_with_its_labels():
+    teacher, filt = TemplateTeacher(), ConsistencyFilter()
+    for meta in (
+        {"stop"},
+        {"decelerate", "turn_left"},
+        {"accelerate", "keep_lane"},
+        {"keep_speed", "nudge_right"},
+        {"start_from_stop", "turn_right"},
+    ):
+        for causes in (set(), {"red_light", "traffic_light"}, {"lead_vehicle"}, {"pedestrian", "curve"}):
+            assert filt(teacher.write(meta, causes), meta, causes)[0], (meta, causes)
+    straight = np.stack([np.arange(1, 65) * 1.0, np.zeros(64), np.zeros(64)], 1)
+    assert "keep_speed" in label_meta_actions(straight, 10.0)

@@ -1,0 +1,112 @@
+"""SFT: exact resume, atomic checkpoints, two-stage freezing, and the tiny collect -> SFT -> eval pipeline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.training.helpers import metrics_of, sft_recipe, weights_of
+from training import checkpoints as ckpt_mod
+from training.recipes import load_recipe
+from training.run import main as run_main
+
+
+def test_sft_resume_gives_the_same_result(dataset, tmp_path):
+    recipe = sft_recipe(tmp_path, dataset)
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    assert run_main(["--config", str(recipe), "--run-dir", str(straight)]) == 0
+    assert run_main(["--config", str(recipe), "--run-dir", str(broken), "--set", "train.max_steps_this_run=3"]) == 0
+    assert (broken / "checkpoints" / "latest").read_text().strip() == "step_0000002"
+    assert not (broken / "checkpoints" / "final").exists()
+    assert run_main(["--resume", str(broken), "--set", "train.max_steps_this_run=100"]) == 0
+    a, b = weights_of(straight / "checkpoints" / "final"), weights_of(broken / "checkpoints" / "final")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    assert metrics_of(straight) == metrics_of(broken)
+    assert (straight / "curves.png").exists() and list((straight / "tb").iterdir())
+    saved = json.loads((straight / "config.json").read_text())
+    assert saved["train"]["steps"] == 6 and saved["seed"] == 3
+    assert sorted(p.name for p in (straight / "checkpoints").glob("step_*")) == ["step_0000004", "step_0000006"]
+
+
+def test_a_failed_save_never_breaks_the_latest_checkpoint(dataset, tmp_path, monkeypatch):
+    recipe = sft_recipe(tmp_path, dataset)
+    run = tmp_path / "run"
+    real = ckpt_mod.save_file
+    calls = {"n": 0}
+
+    def fails_second_time(tensors, path, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            real({k: v for k, v in list(tensors.items())[:1]}, path)  # half a file, then the crash
+            raise OSError("disk full (injected)")
+        return real(tensors, path, *a, **k)
+
+    monkeypatch.setattr(ckpt_mod, "save_file", fails_second_time)
+    with pytest.raises(OSError, match="injected"):
+        from training.run import train
+
+        train(load_recipe(recipe), run, progress=False)
+    monkeypatch.setattr(ckpt_mod, "save_file", real)
+    latest = ckpt_mod.latest_checkpoint(run)
+    assert latest.name == "step_0000002"
+    state, optim, rng = ckpt_mod.load_trainer_state(latest)
+    assert state["step"] == 2 and optim["state"] and "noise" in rng
+    assert list((run / "checkpoints").glob(".tmp-*"))  # the broken save is left aside, not promoted
+    assert run_main(["--resume", str(run)]) == 0
+    assert not list((run / "checkpoints").glob(".tmp-*"))
+    assert (run / "checkpoints" / "final" / "vla_config.json").exists()
+
+
+def test_two_stage_freezes_the_vlm_in_stage_two(dataset, tmp_path):
+    recipe = sft_recipe(tmp_path, dataset, steps=4, two_stage=True, stage1_fraction=0.5)
+    run = tmp_path / "two"
+    assert run_main(["--config", str(recipe), "--run-dir", str(run), "--set", "checkpoint.keep_last=5"]) == 0
+    s2, s4 = weights_of(run / "checkpoints" / "step_0000002"), weights_of(run / "checkpoints" / "step_0000004")
+    backbone = [k for k in s2 if k.startswith("backbone.")]
+    expert = [k for k in s2 if not k.startswith("backbone.")]
+    assert all(torch.equal(s2[k], s4[k]) for k in backbone)
+    assert any(not torch.equal(s2[k], s4[k]) for k in expert)
+    stages = [r["stage"] for r in metrics_of(run)]
+    assert stages == [1, 1, 2, 2]
+
+
+@pytest.mark.slow
+def test_tiny_pipeline_collect_sft_evaluate(tmp_path, capsys):
+    """The whole loop in miniature: collect -> label -> SFT a few steps -> closed-loop evaluation."""
+    from loopdrive.cli import main
+
+    data = tmp_path / "d.zarr"
+    assert (
+        main(
+            [
+                "collect",
+                "--bank",
+                "smoke",
+                "--split",
+                "test",
+                "--out",
+                str(data),
+                "--n-frames",
+                "1",
+                "--scenarios",
+                "straight-000",
+            ]
+        )
+        == 0
+    )
+    assert "samples from 1 episodes" in capsys.readouterr().out
+    recipe = sft_recipe(tmp_path, data, steps=4)
+    text = recipe.read_text().replace("final = false", 'final = true\nbank = "smoke"\nsplit = "test"\nscenarios = 1')
+    recipe.write_text(text)
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(recipe), "--run-dir", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "closed-loop eval: driving score" in out
+    summary = json.loads((run / "evals" / "final" / "summary.json").read_text())
+    assert summary["episodes"]["total"] == 1 and summary["agent"].startswith("vla:")
+    last = metrics_of(run)[-1]
+    assert "eval/leaderboard" in last and 0 <= last["eval/leaderboard"] <= 100
