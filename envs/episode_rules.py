@@ -151,6 +151,18 @@ class RouteBook:
         self.time_stopped = self.time_stopped + dt if speed < STANDSTILL_SPEED else 0.0
         return events
 
+    def summary(self, t: float, distance: float, route_progress: float, route_completion: float) -> dict[str, float]:
+        """The episode's statistics (``info["metrics"]`` has them): time, odometer, route standing."""
+        return {
+            "time": t,
+            "distance": distance,
+            "route_progress": route_progress,
+            "route_length": self.goal_distance,
+            "route_completion": route_completion,
+            "distance_outside_route_lanes": self.distance_outside_route_lanes,
+            "distance_wrong_way": self.distance_wrong_way,
+        }
+
     @property
     def blocked(self) -> bool:
         """Standing still for 10 s before the route is done: the scenario timed out on the ego."""

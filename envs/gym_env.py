@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -104,51 +104,25 @@ class LoopDriveEnv(DriveEnv):
 
     def __init__(
         self,
-        bank: str = "smoke",
-        scenario: str | Scenario | None = None,
-        split: str | None = None,
-        rig: str | Sequence[Mapping[str, Any]] = "alpamayo4",
-        rewards: Mapping[str, float] | None = None,
-        action_mode: str = "trajectory",
         backend: str = "embedded",
-        observations: Sequence[str] = DEFAULT_OBSERVATIONS,
-        camera_size: tuple[int, int] = (128, 256),
-        n_frames: int = 4,
-        decision_every: int | None = None,
         bev_size: int = 128,
-        invalid_action: str = "raise",
-        terminate_on_collision: bool = True,
-        leaderboard_version: str = "2.0",
         reference_planner: Callable[[World], np.ndarray] | None = None,
-        render_mode: str | None = None,
         world_model: str | None = None,
         world_model_noise: float = 0.0,
         world_model_warmup: int = 0,
+        **options: Any,
     ) -> None:
+        """``options``: :class:`envs.drive_env.DriveEnv`'s (bank, scenario, rig, rewards, ...)."""
         if backend not in BACKENDS:
             hint = "; CARLA's env comes from gym.make('LoopDrive-v0', backend='carla')" if backend == "carla" else ""
             raise ValueError(f"unknown backend {backend!r} for LoopDriveEnv; available: {list(BACKENDS)}{hint}")
+        observations = options.get("observations", DEFAULT_OBSERVATIONS)
         if backend == "worldmodel" and (world_model is None or "cameras" not in observations):
             raise ValueError(
                 "backend='worldmodel' needs world_model=PATH (a saved world model) and the 'cameras' observation"
             )
-        super().__init__(
-            bank=bank,
-            scenario=scenario,
-            split=split,
-            rig=rig,
-            rewards=rewards,
-            action_mode=action_mode,
-            observations=observations,
-            camera_size=camera_size,
-            n_frames=n_frames,
-            decision_every=decision_every,
-            invalid_action=invalid_action,
-            terminate_on_collision=terminate_on_collision,
-            leaderboard_version=leaderboard_version,
-            render_mode=render_mode,
-            bev_size=bev_size,
-        )
+        super().__init__(bev_size=bev_size, **options)
+        render_mode = options.get("render_mode")
         self.reference_planner = reference_planner  # the expert's plan, for terms that compare to it
         self.cameras = CameraRenderer(self.rig) if ("cameras" in observations or render_mode) else None
         self.bev = BEVRenderer(bev_size) if ("bev" in observations or render_mode) else None
@@ -158,8 +132,9 @@ class LoopDriveEnv(DriveEnv):
         if backend == "worldmodel":
             from envs.backends.world_model import ImaginedCameras
 
+            frames = self.observation_space["cameras"].shape
             self.imagined = ImaginedCameras(
-                world_model, len(self.rig), n_frames, self.decision_every, camera_size, noise_scale=world_model_noise
+                world_model, frames[0], frames[1], self.decision_every, frames[2:4], noise_scale=world_model_noise
             )
         self._decisions = 0
         self._world_seed = 0

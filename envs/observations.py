@@ -117,33 +117,9 @@ def state_vector(world: World) -> np.ndarray:
     """Compact privileged state for classic RL: ego, route, 8 nearest actors, next stop line."""
     st, c, a = world.state, world.compiled, world.compiled.actors
     out = np.zeros(STATE_DIM, np.float32)
-    out[:EGO_STATE_DIM] = (
-        st.speed[0],
-        st.accel[0],
-        st.yaw_rate,
-        st.steer,
-        st.speed_limit,
-        st.lateral,
-        st.heading_error,
-    )
-    kernels.state_features(
-        out,
-        EGO_STATE_DIM,
-        st.x,
-        st.y,
-        st.yaw,
-        st.speed,
-        st.active,
-        a.length,
-        a.width,
-        c.route_xy,
-        c.route_s,
-        st.route_s,
-        ROUTE_POINTS,
-        ROUTE_SPACING,
-        N_NEIGHBOURS,
-        NEIGHBOUR_RANGE,
-    )
+    out[:EGO_STATE_DIM] = ego_state(world)
+    route = (c.route_xy, c.route_s, st.route_s, ROUTE_POINTS, ROUTE_SPACING)
+    kernels.state_features(out, EGO_STATE_DIM, world.actor_boxes(), *route, N_NEIGHBOURS, NEIGHBOUR_RANGE)
     k = STATE_DIM - 3
     front = st.route_s + a.length[0] / 2
     out[k] = 1.0  # no stop line ahead

@@ -109,26 +109,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from evaluation import evaluate, load_eval_config
+    from evaluation import EvalConfig, evaluate, load_eval_config
 
-    config = load_eval_config(
-        args.config,
-        bank=args.bank,
-        split=args.split,
-        agent=args.agent,
-        seeds=args.seeds,
-        workers=args.workers,
-        ray_address=args.ray_address,
-        rigs=args.rig.split(",") if args.rig else None,
-        video=args.video or None,
-        scenarios=args.scenarios.split(",") if args.scenarios else None,
-        episode_timeout_s=args.episode_timeout,
-        backend=args.backend,
-        world_model=args.world_model,
-        carla_host=args.carla_host,
-        carla_port=args.carla_port,
-        carla_container=args.carla_container,
-    )
+    given = {name: getattr(args, name) for name in EvalConfig.model_fields if getattr(args, name, None) is not None}
+    config = load_eval_config(args.config, **given)
     out = Path(args.out)
     summary = evaluate(config, out)
     lb, ep = summary["suites"].get("leaderboard", {}), summary["episodes"]
@@ -198,6 +182,10 @@ def _train(args: argparse.Namespace) -> int:
     return run_main(argv)
 
 
+def _comma_list(text: str) -> list[str]:
+    return [part for part in text.split(",") if part]
+
+
 def build_parser() -> argparse.ArgumentParser:
     from loopdrive.flags import add_model_flags
     from training.data.settings import CollectSettings
@@ -240,28 +228,26 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--request-timeout", type=float, default=10.0, help="seconds a request may take to arrive")
     srv.set_defaults(fn=_serve_rewards)
 
+    # every flag but --out and --config sets the EvalConfig field named by its dest (a test checks it)
     ev = sub.add_parser("eval", help="closed-loop evaluation of an agent on a bank (journal, summary, report)")
+    ev.add_argument("--out", required=True, help="run folder; rerunning into it finishes missing episodes")
+    ev.add_argument("--config", help="eval TOML file; flags override it")
     ev.add_argument("--bank", help="bank name or folder (default smoke)")
     ev.add_argument("--agent", help="agent spec: expert, constant_velocity, stop, vla:PATH, sb3:PATH, pkg.mod:Cls")
-    ev.add_argument("--out", required=True, help="run folder; rerunning into it finishes missing episodes")
     ev.add_argument("--split", choices=["train", "val", "test"])
     ev.add_argument("--seeds", type=int, help="episodes per scenario (seeds 0..K-1)")
     ev.add_argument("--workers", type=int, help="Ray actors (0: in-process)")
     ev.add_argument("--ray-address", help="an existing Ray cluster, e.g. ray://head:10001 or auto")
-    ev.add_argument("--rig", help="camera rig(s), comma-separated: a rig ablation runs each")
-    ev.add_argument("--scenarios", help="comma-separated subset of scenario ids")
-    ev.add_argument("--episode-timeout", type=float, help="wall-clock seconds per episode")
-    ev.add_argument("--video", action="store_true", help="an mp4 per episode (cameras, BEV, reasoning)")
-    ev.add_argument(
-        "--backend",
-        choices=["embedded", "worldmodel", "carla"],
-        help="worldmodel: cameras from a learned model; carla: a CARLA server",
-    )
+    ev.add_argument("--rig", dest="rigs", type=_comma_list, help="camera rig(s), comma-separated: each is run")
+    ev.add_argument("--scenarios", type=_comma_list, help="comma-separated subset of scenario ids")
+    ev.add_argument("--episode-timeout", dest="episode_timeout_s", type=float, help="wall-clock seconds per episode")
+    ev.add_argument("--video", action="store_true", default=None, help="an mp4 per episode (cameras, BEV, reasoning)")
+    backends = "worldmodel: cameras from a learned model; carla: a CARLA server"
+    ev.add_argument("--backend", choices=["embedded", "worldmodel", "carla"], help=backends)
     ev.add_argument("--world-model", help="a saved world model (RUN/checkpoints/final), for --backend worldmodel")
     ev.add_argument("--carla-host", help="the CARLA server's host, for --backend carla (default localhost)")
     ev.add_argument("--carla-port", type=int, help="its RPC port (default 2000)")
     ev.add_argument("--carla-container", help="a docker container to restart when the server stops answering")
-    ev.add_argument("--config", help="eval TOML file; flags override it")
     ev.set_defaults(fn=_eval)
 
     rg = sub.add_parser(

@@ -39,3 +39,38 @@ def load_callable(spec: str, what: str = "object", error: type[Exception] = Valu
     if not callable(obj):
         raise error(f"{what} {spec!r}: {type(obj).__name__} is not callable")
     return obj
+
+
+class Registry(dict):
+    """Named objects of one kind (reward terms, metrics, frame rewards, service rewards): built-ins
+    register by name with ``@registry.register()``, a user's are named by import path in configs.
+
+    A ``dict`` from name to object, so it reads as one; ``resolve(spec)`` is the registered object of
+    that name, else the callable at ``"module:function"``, else an ``error`` naming what is known.
+    """
+
+    def __init__(self, kind: str, error: type[Exception] = ValueError) -> None:
+        super().__init__()
+        self.kind, self.error = kind, error
+
+    def register(self, name: str | None = None):
+        """Decorator: register the function under ``name`` (default: its own name)."""
+
+        def wrap(obj):
+            key = name or obj.__name__
+            if key in self and self[key] is not obj:
+                raise self.error(f"{self.kind} {key!r} is already registered")
+            self[key] = obj
+            return obj
+
+        return wrap
+
+    def resolve(self, spec: str):
+        if spec in self:
+            return self[spec]
+        if ":" not in spec:
+            raise self.error(
+                f"unknown {self.kind} {spec!r}: not registered (known: {sorted(self)}) "
+                "and not an import path like 'my_pkg.module:name'"
+            )
+        return load_callable(spec, self.kind, self.error)

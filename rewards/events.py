@@ -9,7 +9,7 @@ reports store.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
@@ -78,8 +78,7 @@ class Event:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Event:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"event fields {unknown} are not part of the event vocabulary")
-        return cls(**data)
+        try:
+            return cls(**data)
+        except TypeError as e:  # a field that is not part of the vocabulary
+            raise ValueError(f"not an event record {data!r}: {e}") from None

@@ -12,15 +12,13 @@ from collections.abc import Callable, Mapping
 import cv2
 import numpy as np
 
-from loopdrive.plugins import load_callable
+from loopdrive.plugins import Registry
 
 FrameReward = Callable[[np.ndarray, np.ndarray], np.ndarray]
-FRAME_REWARDS: dict[str, FrameReward] = {}
+FRAME_REWARDS: Registry = Registry("frame reward")
 
 
-def register_frame_reward(fn: FrameReward) -> FrameReward:
-    FRAME_REWARDS[fn.__name__] = fn
-    return fn
+register_frame_reward = FRAME_REWARDS.register()
 
 
 def _pairs(predicted: np.ndarray, true: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -59,18 +57,6 @@ def _window_mean(a: np.ndarray) -> np.ndarray:
     return cv2.GaussianBlur(a, (11, 11), 1.5)
 
 
-def resolve_frame_reward(spec: str) -> FrameReward:
-    """A registered name, or ``module:function`` from the user's code."""
-    if spec in FRAME_REWARDS:
-        return FRAME_REWARDS[spec]
-    if ":" not in spec:
-        raise ValueError(
-            f"unknown frame reward {spec!r}: not registered (known: {sorted(FRAME_REWARDS)}) "
-            "and not an import path like 'my_pkg.rewards:sharpness'"
-        )
-    return load_callable(spec, "frame reward")
-
-
 class FrameRewards:
     """Weighted sum of frame rewards; ``__call__`` returns the total per image and each term's values."""
 
@@ -78,7 +64,7 @@ class FrameRewards:
         if not weights:
             raise ValueError("frame rewards: give at least one {name: weight}")
         self.weights = {k: float(v) for k, v in weights.items()}
-        self.fns = {k: resolve_frame_reward(k) for k in weights}
+        self.fns = {k: FRAME_REWARDS.resolve(k) for k in weights}
 
     def __call__(self, predicted: np.ndarray, true: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         terms = {k: np.asarray(fn(predicted, true), np.float64) for k, fn in self.fns.items()}

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from loopdrive.plugins import load_callable
+from loopdrive.plugins import Registry
 from rewards.comfort import comfort_series
 from rewards.events import INCIDENTS, INFRACTIONS, Event, EventKind
 from rewards.transition import EgoState
@@ -172,27 +172,15 @@ def km_per_incident(log: EpisodeLog) -> float:
 
 
 MetricFn = Callable[[EpisodeLog], dict[str, float]]
-METRICS: dict[str, MetricFn] = {"pdms": pdms, "alpasim": alpasim, "comfort": comfort, "success": success}
+METRICS: Registry = Registry("metric")
+for _fn in (pdms, alpasim, comfort, success):
+    METRICS[_fn.__name__] = _fn
 
 
 def register_metric(name: str | None = None):
     """Decorator: add an episode metric ``fn(log: EpisodeLog) -> {"score": 0-100, ...}`` to every
     ``compute_suites`` result (a user's metric can also be named by ``"module:function"``)."""
-
-    def wrap(fn: MetricFn) -> MetricFn:
-        METRICS[name or fn.__name__] = fn
-        return fn
-
-    return wrap
-
-
-def resolve_metric(spec: str) -> MetricFn:
-    """A registered metric, or ``module:function`` from the user's code."""
-    if spec in METRICS:
-        return METRICS[spec]
-    if ":" not in spec:
-        raise ValueError(f"unknown metric {spec!r}: not registered ({sorted(METRICS)}) nor 'module:function'")
-    return load_callable(spec, "metric")
+    return METRICS.register(name)
 
 
 def compute_suites(
@@ -204,6 +192,6 @@ def compute_suites(
     for name, fn in METRICS.items():
         out[name] = fn(log)
     for spec in extra_metrics:
-        out[spec] = resolve_metric(spec)(log)
+        out[spec] = METRICS.resolve(spec)(log)
     out["extra"] = {"distance_m": log.distance, "km_per_incident": km_per_incident(log)}
     return out

@@ -12,15 +12,17 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 
-from loopdrive.plugins import load_object
+from loopdrive.plugins import Registry
 from rewards.transition import Transition
 
 RewardFn = Callable[[Transition], float]
-REWARD_TERMS: dict[str, RewardFn] = {}
 
 
 class RewardConfigError(ValueError):
     pass
+
+
+REWARD_TERMS: Registry = Registry("reward term", RewardConfigError)
 
 
 def register(name: str | None = None, needs_reference: bool = False):
@@ -31,13 +33,9 @@ def register(name: str | None = None, needs_reference: bool = False):
     """
 
     def wrap(fn: RewardFn) -> RewardFn:
-        key = name or fn.__name__
-        if key in REWARD_TERMS and REWARD_TERMS[key] is not fn:
-            raise RewardConfigError(f"reward term {key!r} is already registered")
-        _check_signature(fn, key)
+        _check_signature(fn, name or fn.__name__)
         fn.needs_reference = needs_reference
-        REWARD_TERMS[key] = fn
-        return fn
+        return REWARD_TERMS.register(name)(fn)
 
     return wrap
 
@@ -57,15 +55,8 @@ def _check_signature(fn: object, name: str) -> None:
 
 
 def resolve(spec: str) -> RewardFn:
-    """A registered name, or ``module:function`` imported from the user's code."""
-    if spec in REWARD_TERMS:
-        return REWARD_TERMS[spec]
-    if ":" not in spec:
-        raise RewardConfigError(
-            f"unknown reward term {spec!r}: not registered (known: {sorted(REWARD_TERMS)}) "
-            "and not an import path like 'my_pkg.rewards:lane_bias'"
-        )
-    fn = load_object(spec, "reward term", RewardConfigError)
+    """A registered name, or ``module:function`` imported from the user's code (signature-checked)."""
+    fn = REWARD_TERMS.resolve(spec)
     _check_signature(fn, spec)
     return fn
 

@@ -44,12 +44,12 @@ import h11
 import numpy as np
 import orjson
 
-from loopdrive.plugins import load_callable
+from loopdrive.plugins import Registry
 
 TOKEN_ENV = "LOOPDRIVE_REWARD_TOKEN"
 
 ServiceReward = Callable[[dict[str, Any]], dict[str, float]]
-SERVICE_REWARDS: dict[str, ServiceReward] = {}
+SERVICE_REWARDS: Registry = Registry("service reward")
 
 
 def service_reward(name: str, fields: set[str] | None = None):
@@ -62,8 +62,7 @@ def service_reward(name: str, fields: set[str] | None = None):
     def wrap(fn: ServiceReward) -> ServiceReward:
         if fields is not None:
             fn.fields = frozenset(fields)  # type: ignore[attr-defined]
-        SERVICE_REWARDS[name] = fn
-        return fn
+        return SERVICE_REWARDS.register(name)(fn)
 
     return wrap
 
@@ -109,7 +108,7 @@ def _warm_up() -> None:
 
 def load_service_reward(spec: str) -> str:
     """Register a user's ``module:function`` as a service reward named by the spec."""
-    SERVICE_REWARDS[spec] = load_callable(spec, what="service reward")
+    SERVICE_REWARDS[spec] = SERVICE_REWARDS.resolve(spec)
     return spec
 
 

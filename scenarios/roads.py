@@ -141,14 +141,7 @@ class MapBuilder:
         return cw
 
     def build(self) -> RoadMap:
-        return RoadMap(
-            lanes=self.lanes,
-            signals=self.signals,
-            stop_lines=self.stop_lines,
-            crosswalks=self.crosswalks,
-            sidewalks=self.sidewalks,
-            extra_drivable=self.extra_drivable,
-        )
+        return RoadMap(self.lanes, self.signals, self.stop_lines, self.crosswalks, self.sidewalks, self.extra_drivable)
 
 
 # --- junction templates ---------------------------------------------------------------------------

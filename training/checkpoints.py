@@ -146,3 +146,21 @@ def publish_final(run_dir: str | Path, checkpoint: Path, name: str = "final") ->
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
+
+
+class Checkpointer:
+    """A trainer's checkpoints: ``save(step, model, optimizer, state, rng)`` into ``run_dir``, keeping the
+    last ``keep_last``."""
+
+    def __init__(self, run_dir: str | Path, keep_last: int) -> None:
+        self.run_dir, self.keep_last = Path(run_dir), keep_last
+
+    def save(
+        self,
+        step: int,
+        model: Any,
+        optimizer: torch.optim.Optimizer | None,
+        state: dict[str, Any],
+        rng: dict[str, torch.Tensor],
+    ) -> Path:
+        return save_checkpoint(self.run_dir, step, model, optimizer, state, rng, self.keep_last)

@@ -63,3 +63,10 @@ class MetricsLogger:
         out = self.run_dir / "curves.png"
         fig.savefig(out, dpi=90)
         return out
+
+
+def progress_bar(desc: str, total: int, done: int = 0, unit: str = "step", show: bool | None = None):
+    """A run's progress bar from ``done`` to ``total`` (``show=None``: only on a terminal)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, desc=desc, unit=unit, disable=None if show is None else not show)

@@ -104,3 +104,8 @@ def finish(
     logger.plot()
     logger.close()
     return result
+
+
+def last_step_of_this_run(total: int, done: int, max_this_run: int | None) -> int:
+    """Where this run stops: ``total``, or earlier with ``max_*_this_run`` (as a kill would: resume tests)."""
+    return total if max_this_run is None else min(total, done + max_this_run)

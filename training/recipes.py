@@ -278,11 +278,14 @@ class _Recipe(_Section):
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
 
 
-class SFTRecipe(_Recipe):
+class _OnData(_Recipe):
+    data: DataSection = Field(default_factory=DataSection)
+
+
+class SFTRecipe(_OnData):
     """Supervised fine-tuning of the VLA on collected data."""
 
     algorithm: Literal["sft"] = "sft"
-    data: DataSection = Field(default_factory=DataSection)
     model: VLAConfig = Field(default_factory=VLAConfig)
     train: TrainSection = Field(default_factory=TrainSection)
 
@@ -304,19 +307,18 @@ class SFTRecipe(_Recipe):
         return data
 
 
-class GRPORecipe(_Recipe):
-    """GRPO on the flow-matching head of a trained VLA (``init_from``)."""
+class GRPORecipe(_OnData):
+    """GRPO on the flow-matching head of a trained VLA (``init_from``); ``data``: the observation
+    set-up it was trained with, and the behaviour-cloning anchor's data."""
 
     algorithm: Literal["grpo"]
-    data: DataSection = Field(default_factory=DataSection)
     rl: GRPOSection = Field(default_factory=GRPOSection)
 
 
-class PPORecipe(_Recipe):
+class PPORecipe(_OnData):
     """PPO on RLlib: the VLA's flow head with a critic, or a classic baseline module (``rl.policy``)."""
 
     algorithm: Literal["ppo"]
-    data: DataSection = Field(default_factory=DataSection)
     rl: PPOSection = Field(default_factory=PPOSection)
 
 
@@ -328,22 +330,18 @@ class SB3PPORecipe(_Recipe):
     sb3: SB3Section = Field(default_factory=SB3Section)
 
 
-class WorldModelRecipe(_Recipe):
+class WorldModelRecipe(_OnData):
     """The world model of the camera stream, trained on collected data."""
 
     algorithm: Literal["world_model"]
-    data: DataSection = Field(default_factory=DataSection)
     train: TrainSection = Field(default_factory=TrainSection)
     world: WorldSection = Field(default_factory=WorldSection)
 
 
-class DDRLRecipe(_Recipe):
-    """DDRL of a trained world model (``init_from``)."""
+class DDRLRecipe(WorldModelRecipe):
+    """DDRL of a trained world model (``init_from``) on the same data."""
 
-    algorithm: Literal["ddrl"]
-    data: DataSection = Field(default_factory=DataSection)
-    train: TrainSection = Field(default_factory=TrainSection)
-    world: WorldSection = Field(default_factory=WorldSection)
+    algorithm: Literal["ddrl"]  # type: ignore[assignment]
     ddrl: DDRLSection = Field(default_factory=DDRLSection)
 
 

@@ -102,14 +102,14 @@ def train(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: b
             evaluate = make_evaluator(recipe.eval, CollectSettings(), agent="sb3:{checkpoint}")
             result["eval"] = evaluate(Path(result["final"]), run_dir / "evals" / "final")
         return result
+    if isinstance(recipe, DDRLRecipe):  # (before WorldModelRecipe, which it extends)
+        from training.world_model.ddrl import train_ddrl
+
+        return train_ddrl(recipe, run_dir, resume=resume, progress=progress)
     if isinstance(recipe, WorldModelRecipe):
         from training.world_model.train import train_world_model
 
         return train_world_model(recipe, run_dir, resume=resume, progress=progress)
-    if isinstance(recipe, DDRLRecipe):
-        from training.world_model.ddrl import train_ddrl
-
-        return train_ddrl(recipe, run_dir, resume=resume, progress=progress)
     raise RecipeError(f"algorithm {recipe.algorithm!r} is not implemented")  # pragma: no cover
 
 

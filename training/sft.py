@@ -16,15 +16,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from agents.vla import VLA, action_space
 from agents.vla.model import state_features
-from training.checkpoints import latest_checkpoint, restore_trainer, save_checkpoint
+from training.checkpoints import Checkpointer, latest_checkpoint, restore_trainer
 from training.data import DrivingDataset
 from training.loop import EpochSampler, learning_rate, prepare_run
-from training.metrics_log import MetricsLogger
-from training.milestones import after_step, finish
+from training.metrics_log import MetricsLogger, progress_bar
+from training.milestones import after_step, finish, last_step_of_this_run
 from training.recipes import SFTRecipe, TrainSection
 
 
@@ -94,22 +93,15 @@ def train_sft(
     logger = MetricsLogger(run_dir, resume_step=step)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda" and cfg.bf16)
 
+    saver = Checkpointer(run_dir, recipe.checkpoint.keep_last)
+
     def checkpoint(at: int) -> Path:
-        return save_checkpoint(
-            run_dir,
-            at,
-            model,
-            optimizer,
-            {"sampler": sampler.state(), "samples": len(dataset)},
-            {"noise": noise.get_state()},
-            recipe.checkpoint.keep_last,
-        )
+        state = {"sampler": sampler.state(), "samples": len(dataset)}
+        return saver.save(at, model, optimizer, state, {"noise": noise.get_state()})
 
     last: dict[str, Any] = {}
-    stop_at = cfg.steps if cfg.max_steps_this_run is None else min(cfg.steps, step + cfg.max_steps_this_run)
-    bar = tqdm(
-        total=cfg.steps, initial=step, desc="sft", unit="step", disable=None if progress is None else not progress
-    )
+    stop_at = last_step_of_this_run(cfg.steps, step, cfg.max_steps_this_run)
+    bar = progress_bar("sft", cfg.steps, step, "step", progress)
     t0, seen = time.perf_counter(), 0
     while step < stop_at:
         stage = stage_of(step, cfg)

@@ -46,17 +46,18 @@ SYSTEM = "You are a driving assistant."
 INSTRUCTION = "output the chain-of-thought reasoning of the driving process, then output the future trajectory"
 
 
+# the Qwen-VL config fields that name the vision tokens, and their tokens
+VISION_TOKENS = {
+    "image_token_id": "<|image_pad|>",
+    "video_token_id": "<|video_pad|>",
+    "vision_start_token_id": "<|vision_start|>",
+    "vision_end_token_id": "<|vision_end|>",
+}
+
+
 def _backbone(cfg: VLAConfig, tok: PreTrainedTokenizerFast) -> nn.Module:
     p = PRESETS[cfg.size]
-    ids = {
-        name: tok.convert_tokens_to_ids(t)
-        for name, t in (
-            ("image_token_id", "<|image_pad|>"),
-            ("video_token_id", "<|video_pad|>"),
-            ("vision_start_token_id", "<|vision_start|>"),
-            ("vision_end_token_id", "<|vision_end|>"),
-        )
-    }
+    ids = {name: tok.convert_tokens_to_ids(token) for name, token in VISION_TOKENS.items()}
     text = dict(
         vocab_size=len(tok),
         hidden_size=p["hidden"],
@@ -71,36 +72,8 @@ def _backbone(cfg: VLAConfig, tok: PreTrainedTokenizerFast) -> nn.Module:
         tie_word_embeddings=True,
     )
     head_dim = p["hidden"] // p["heads"]
-    if cfg.backbone == "qwen2_5_vl":
-        from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
-        sec = head_dim // 2
-        text["rope_scaling"] = {
-            "type": "mrope",
-            "mrope_section": [sec // 4, (sec - sec // 4) // 2, sec - sec // 4 - (sec - sec // 4) // 2],
-        }
-        vision = dict(
-            depth=p["vision_depth"],
-            hidden_size=p["vision_hidden"],
-            intermediate_size=2 * p["vision_hidden"],
-            num_heads=max(1, p["vision_hidden"] // 32),
-            out_hidden_size=p["hidden"],
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            window_size=56,
-            fullatt_block_indexes=[p["vision_depth"] - 1],
-        )
-        return Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids))
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
-
-    text["head_dim"] = head_dim
     sec = head_dim // 2
-    text["rope_scaling"] = {
-        "rope_type": "default",
-        "mrope_section": [sec // 4, (sec - sec // 4) // 2, sec - sec // 4 - (sec - sec // 4) // 2],
-        "mrope_interleaved": True,
-    }
+    mrope_section = [sec // 4, (sec - sec // 4) // 2, sec - sec // 4 - (sec - sec // 4) // 2]
     vision = dict(
         depth=p["vision_depth"],
         hidden_size=p["vision_hidden"],
@@ -110,8 +83,18 @@ def _backbone(cfg: VLAConfig, tok: PreTrainedTokenizerFast) -> nn.Module:
         patch_size=14,
         spatial_merge_size=2,
         temporal_patch_size=2,
-        deepstack_visual_indexes=[],
     )
+    if cfg.backbone == "qwen2_5_vl":
+        from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+        text["rope_scaling"] = {"type": "mrope", "mrope_section": mrope_section}
+        vision |= {"window_size": 56, "fullatt_block_indexes": [p["vision_depth"] - 1]}
+        return Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids))
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    text["head_dim"] = head_dim
+    text["rope_scaling"] = {"rope_type": "default", "mrope_section": mrope_section, "mrope_interleaved": True}
+    vision["deepstack_visual_indexes"] = []
     return Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision, **ids))
 
 

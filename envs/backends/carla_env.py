@@ -19,7 +19,7 @@ need the privileged expert's plan, ``snapshot`` / ``restore`` (step-level GRPO),
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -62,21 +62,7 @@ class CarlaDriveEnv(DriveEnv):
 
     def __init__(
         self,
-        bank: str = "smoke",
-        scenario: str | Scenario | None = None,
-        split: str | None = None,
-        rig: str | Sequence[Mapping[str, Any]] = "alpamayo4",
-        rewards: Mapping[str, float] | None = None,
-        action_mode: str = "trajectory",
         backend: str = "carla",
-        observations: Sequence[str] = DEFAULT_OBSERVATIONS,
-        camera_size: tuple[int, int] = (128, 256),
-        n_frames: int = 4,
-        decision_every: int | None = None,
-        invalid_action: str = "raise",
-        terminate_on_collision: bool = True,
-        leaderboard_version: str = "2.0",
-        render_mode: str | None = None,
         carla_host: str = "localhost",
         carla_port: int = 2000,
         carla_tm_port: int = 8000,
@@ -84,39 +70,26 @@ class CarlaDriveEnv(DriveEnv):
         carla_retry: RetryPolicy | Mapping[str, Any] | None = None,
         carla_container: str | None = None,
         session_factory: Callable[[str, int, int, float], Any] | None = None,
+        **options: Any,
     ) -> None:
+        """``options``: :class:`envs.drive_env.DriveEnv`'s (bank, scenario, rig, rewards, ...)."""
         if backend != "carla":
             raise ValueError(f"CarlaDriveEnv is the 'carla' backend, got backend={backend!r}")
-        privileged = [o for o in observations if o in UNSUPPORTED_OBSERVATIONS]
+        privileged = [o for o in options.get("observations", ()) if o in UNSUPPORTED_OBSERVATIONS]
         if privileged:
             raise ValueError(
                 f"observations {privileged} read the embedded world and do not exist on CARLA; "
                 f"use {list(DEFAULT_OBSERVATIONS)}"
             )
-        super().__init__(
-            bank=bank,
-            scenario=scenario,
-            split=split,
-            rig=rig,
-            rewards=rewards,
-            action_mode=action_mode,
-            observations=observations,
-            camera_size=camera_size,
-            n_frames=n_frames,
-            decision_every=decision_every,
-            invalid_action=invalid_action,
-            terminate_on_collision=terminate_on_collision,
-            leaderboard_version=leaderboard_version,
-            render_mode=render_mode,
-        )
+        super().__init__(**options)
         if self.composer.needs_reference:
             raise ValueError(
                 "reward terms that compare with the privileged expert's plan (e.g. ade_expert) need "
                 "the embedded world; drop them for backend='carla'"
             )
         if self._frames is None:  # the server's images are the video too
-            h, w = camera_size
-            self._frames = np.zeros((len(self.rig), n_frames, h, w, 3), np.uint8)
+            h, w = self.rig[0].height, self.rig[0].width
+            self._frames = np.zeros((len(self.rig), self.n_frames, h, w, 3), np.uint8)
         self.address = (carla_host, int(carla_port), int(carla_tm_port), float(carla_timeout_s))
         self.retry = carla_retry if isinstance(carla_retry, RetryPolicy) else RetryPolicy(**(carla_retry or {}))
         self.restart = docker_restart(carla_container) if carla_container else None

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from envs.episode_rules import RouteBook, StopLine, collision_event, is_wrong_way, pass_stop_lines
-from envs.world.kernels import ego_threat
+from envs.world.kernels import Boxes, ego_threat
 from envs.world.world import DT
 from rewards import EgoState, EpisodeLog
 from rewards.events import Event, EventKind
@@ -113,36 +113,18 @@ class CarlaEpisode:
 
     def ego_record(self) -> EgoState:
         f = self.frame
-        x, y, yaw, speed = f.ego
         ttc, gap = self._threat()
-        return EgoState(
-            t=self.t,
-            x=x,
-            y=y,
-            yaw=yaw,
-            speed=speed,
-            accel=self.accel,
-            yaw_rate=self.yaw_rate,
-            steer=self.steer,
-            route_progress=self.route_progress,
-            route_completion=self.route_completion,
-            lateral=self.lateral,
-            heading_error=self.heading_error,
-            speed_limit=f.speed_limit,
-            offroad=self.offroad,
-            wrong_way=self.route.wrong_way,
-            off_route_lanes=self.route.off_route_lanes,
-            ttc=ttc,
-            lead_gap=gap,
-            stop_ahead=self.stop_ahead(),
-        )
+        motion = (self.accel, self.yaw_rate, self.steer)
+        route = (self.route_progress, self.route_completion, self.lateral, self.heading_error, f.speed_limit)
+        flags = (self.offroad, self.route.wrong_way, self.route.off_route_lanes)
+        return EgoState(self.t, *f.ego, *motion, *route, *flags, ttc, gap, self.stop_ahead())
 
     def _threat(self) -> tuple[float, float]:
         f = self.frame
         o = f.others
         x, y, yaw, speed = (np.concatenate([[v], o[:, i]]) for i, v in enumerate(f.ego))
         length, width = np.concatenate([[f.ego_size[0]], o[:, 4]]), np.concatenate([[f.ego_size[1]], o[:, 5]])
-        return ego_threat(x, y, yaw, speed, np.ones(len(x), np.bool_), length, width, 0.3)
+        return ego_threat(Boxes(x, y, yaw, speed, np.ones(len(x), np.bool_), length, width), 0.3)
 
     def stop_ahead(self) -> float:
         """Metres from the front bumper to the next line the ego must stop at: a red light's, or a stop
@@ -254,12 +236,4 @@ class CarlaEpisode:
         )
 
     def stats(self) -> dict[str, float]:
-        return {
-            "time": self.t,
-            "distance": self.distance,
-            "route_progress": self.route_progress,
-            "route_length": self.goal_distance,
-            "route_completion": self.route_completion,
-            "distance_outside_route_lanes": self.route.distance_outside_route_lanes,
-            "distance_wrong_way": self.route.distance_wrong_way,
-        }
+        return self.route.summary(self.t, self.distance, self.route_progress, self.route_completion)

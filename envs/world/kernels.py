@@ -8,11 +8,26 @@ calls cost. The layout mirrors ``PathTable`` (padded per-path rows) and ``WorldS
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
 from envs.world.state import ACTIVE, BRAKING, DONE, HOLDING, RED, WAITING, YELLOW
+
+
+class Boxes(NamedTuple):
+    """Every actor's oriented box and motion, row 0 the ego: what the contact, threat and neighbour
+    kernels read (a tuple of arrays, which numba takes as one argument)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    yaw: np.ndarray
+    speed: np.ndarray
+    active: np.ndarray
+    length: np.ndarray
+    width: np.ndarray
+
 
 GEOMETRIC_RANGE = 45.0  # metres of path ahead searched for the ego / walkers
 SIGNAL_DECEL = 4.0  # m/s^2: stop for yellow only if this is enough
@@ -247,8 +262,9 @@ def _separated(a, b):
 
 
 @njit(cache=True)
-def ego_contacts(x, y, yaw, length, width, active):
+def ego_contacts(b):
     """Boolean mask of actors whose oriented box overlaps the ego's (row 0); separating axes."""
+    x, y, yaw, length, width, active = b.x, b.y, b.yaw, b.length, b.width, b.active
     n = len(x)
     out = np.zeros(n, np.bool_)
     ego = np.empty((4, 2))
@@ -349,8 +365,9 @@ def route_points_ego(xy, ss, s0, spacing, n, ex, ey, eyaw):
 
 
 @njit(cache=True)
-def neighbour_features(x, y, yaw, speed, active, length, width, n_max, max_range, out):
+def neighbour_features(b, n_max, max_range, out):
     """Features of the ``n_max`` nearest active actors (ego frame, scaled) written into ``out``."""
+    x, y, yaw, speed, active, length, width = b.x, b.y, b.yaw, b.speed, b.active, b.length, b.width
     n = len(x)
     c, s = math.cos(yaw[0]), math.sin(yaw[0])
     dist = np.full(n, np.inf)
@@ -404,32 +421,15 @@ def due_triggers(mode, active, has_trigger, trigger_time, trigger_distance, x, y
 
 
 @njit(cache=True)
-def state_features(
-    out,
-    offset,
-    x,
-    y,
-    yaw,
-    speed,
-    active,
-    length,
-    width,
-    route_xy,
-    route_s,
-    route_s0,
-    n_route,
-    spacing,
-    n_neigh,
-    max_range,
-):
+def state_features(out, offset, b, route_xy, route_s, route_s0, n_route, spacing, n_neigh, max_range):
     """Route points (every other of ``n_route``, scaled) and neighbour features, written from ``offset``."""
-    pts = route_points_ego(route_xy, route_s, route_s0, spacing, n_route, x[0], y[0], yaw[0])
+    pts = route_points_ego(route_xy, route_s, route_s0, spacing, n_route, b.x[0], b.y[0], b.yaw[0])
     k = offset
     for q in range(1, n_route, 2):
         out[k] = pts[q, 0] / 50.0
         out[k + 1] = pts[q, 1] / 50.0
         k += 2
-    neighbour_features(x, y, yaw, speed, active, length, width, n_neigh, max_range, out[k : k + 8 * n_neigh])
+    neighbour_features(b, n_neigh, max_range, out[k : k + 8 * n_neigh])
 
 
 @njit(cache=True)
@@ -459,25 +459,26 @@ def ego_bicycle(
 
 
 @njit(cache=True)
-def ego_checks(route_xy, route_s, seg, full, x, y, yaw, speed, active, length, width, mask, ox, oy, res):
+def ego_checks(route_xy, route_s, seg, full, b, mask, ox, oy, res):
     """Per-step ego bookkeeping in one call: route projection (a window around the last segment,
     or all of it), the off-road test of the ego's box and the mask of actors it touches."""
     last = route_xy.shape[0] - 1
     lo = 0 if full else max(seg - 2, 0)
     hi = last if full else min(seg + 10, last)
-    s, lat, k = project_window(route_xy, route_s, x[0], y[0], lo, hi)
+    s, lat, k = project_window(route_xy, route_s, b.x[0], b.y[0], lo, hi)
     if not full and k + 1 >= hi and hi < last:  # ran off the window: search all
-        s, lat, k = project_window(route_xy, route_s, x[0], y[0], 0, last)
-    inside = box_inside(mask, ox, oy, res, x[0], y[0], yaw[0], length[0], width[0])
-    return s, lat, k, not inside, ego_contacts(x, y, yaw, length, width, active)
+        s, lat, k = project_window(route_xy, route_s, b.x[0], b.y[0], 0, last)
+    inside = box_inside(mask, ox, oy, res, b.x[0], b.y[0], b.yaw[0], b.length[0], b.width[0])
+    return s, lat, k, not inside, ego_contacts(b)
 
 
 @njit(cache=True)
-def ego_threat(x, y, yaw, speed, active, length, width, margin):
+def ego_threat(b, margin):
     """Time to collision (s) and bumper gap (m) to the nearest actor in the ego's straight corridor.
 
     Constant-velocity projection along the ego's heading; inf when nothing is ahead or closing.
     """
+    x, y, yaw, speed, active, length, width = b.x, b.y, b.yaw, b.speed, b.active, b.length, b.width
     c, s = math.cos(yaw[0]), math.sin(yaw[0])
     best_gap, best_ttc = np.inf, np.inf
     for j in range(1, len(x)):

@@ -96,29 +96,13 @@ class World:
 
     def ego_record(self) -> EgoState:
         """The ego's state as reward terms and metrics see it (see ``rewards.EgoState``)."""
-        st, a = self.state, self.compiled.actors
-        ttc, gap = kernels.ego_threat(st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width, 0.3)
-        return EgoState(
-            t=st.t,
-            x=float(st.x[0]),
-            y=float(st.y[0]),
-            yaw=float(st.yaw[0]),
-            speed=float(st.speed[0]),
-            accel=float(st.accel[0]),
-            yaw_rate=st.yaw_rate,
-            steer=st.steer,
-            route_progress=self.route_progress,
-            route_completion=self.route_completion,
-            lateral=st.lateral,
-            heading_error=st.heading_error,
-            speed_limit=st.speed_limit,
-            offroad=st.offroad,
-            wrong_way=st.route.wrong_way,
-            off_route_lanes=st.route.off_route_lanes,
-            ttc=ttc,
-            lead_gap=gap,
-            stop_ahead=self.stop_ahead(),
-        )
+        st = self.state
+        ttc, gap = kernels.ego_threat(self.actor_boxes(), 0.3)
+        pose = (float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]))
+        motion = (float(st.accel[0]), st.yaw_rate, st.steer)
+        route = (self.route_progress, self.route_completion, st.lateral, st.heading_error, st.speed_limit)
+        flags = (st.offroad, st.route.wrong_way, st.route.off_route_lanes)
+        return EgoState(st.t, *pose, *motion, *route, *flags, ttc, gap, self.stop_ahead())
 
     def stop_ahead(self) -> float:
         """Metres from the front bumper to the next stop line the ego must stop at: a red light, or a
@@ -146,6 +130,11 @@ class World:
 
     def ego_speed_limit(self) -> float:
         return self.state.speed_limit
+
+    def actor_boxes(self) -> kernels.Boxes:
+        """Every actor's box and motion (inactive ones too), as the compiled kernels read them."""
+        st, a = self.state, self.compiled.actors
+        return kernels.Boxes(st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width)
 
     def boxes(self) -> dict[str, np.ndarray]:
         """Active actors as boxes (ego first): x, y, yaw, length, width, height, kind, index."""
@@ -281,23 +270,9 @@ class World:
     def _update_route(self, full: bool = False) -> tuple[bool, np.ndarray]:
         """Project the ego on its route (a window around the last match, all of it if asked); returns
         the off-road flag and the contact mask, which the same compiled call computes."""
-        st, c, a, g = self.state, self.compiled, self.compiled.actors, self.compiled.drivable
+        st, c, g = self.state, self.compiled, self.compiled.drivable
         s, lat, k, offroad, contact = kernels.ego_checks(
-            c.route_xy,
-            c.route_s,
-            st.route_seg,
-            full,
-            st.x,
-            st.y,
-            st.yaw,
-            st.speed,
-            st.active,
-            a.length,
-            a.width,
-            g.mask,
-            g.origin[0],
-            g.origin[1],
-            g.res,
+            c.route_xy, c.route_s, st.route_seg, full, self.actor_boxes(), g.mask, g.origin[0], g.origin[1], g.res
         )
         st.route_seg, st.route_s, st.lateral = k, s, lat
         st.speed_limit = c.route_speed_limit[k]
@@ -351,13 +326,4 @@ class World:
         return events
 
     def stats(self) -> dict[str, float]:
-        st = self.state
-        return {
-            "time": st.t,
-            "distance": st.distance,
-            "route_progress": self.route_progress,
-            "route_length": self.compiled.goal_distance,
-            "route_completion": self.route_completion,
-            "distance_outside_route_lanes": st.route.distance_outside_route_lanes,
-            "distance_wrong_way": st.route.distance_wrong_way,
-        }
+        return self.state.route.summary(self.state.t, self.state.distance, self.route_progress, self.route_completion)

@@ -90,18 +90,8 @@ def _run(args: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 def test_distributed_eval_across_two_nodes_matches_in_process(cluster, tmp_path):
-    base = [
-        sys.executable,
-        "-m",
-        "loopdrive.cli",
-        "eval",
-        "--bank",
-        "smoke",
-        "--agent",
-        "expert",
-        "--scenarios",
-        "curve-000,lead_brake-000,cut_in-000,straight-000",
-    ]
+    scenarios = "curve-000,lead_brake-000,cut_in-000,straight-000"
+    base = [sys.executable, "-m", "loopdrive.cli", *f"eval --bank smoke --agent expert --scenarios {scenarios}".split()]
     _run([*base, "--out", str(tmp_path / "local")])
     _run([*base, "--workers", "2", "--ray-address", cluster, "--out", str(tmp_path / "cluster")])
     local = json.loads((tmp_path / "local" / "summary.json").read_text())

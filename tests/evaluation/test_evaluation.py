@@ -77,20 +77,8 @@ def test_eval_writes_journal_summary_and_report(expert_run):
 def test_resume_after_kill_9_gives_the_same_summary(expert_run, tmp_path):
     reference, _ = expert_run
     out = tmp_path / "killed"
-    cmd = [
-        sys.executable,
-        "-m",
-        "loopdrive.cli",
-        "eval",
-        "--bank",
-        "smoke",
-        "--agent",
-        "expert",
-        "--out",
-        str(out),
-        "--scenarios",
-        ",".join(FEW),
-    ]
+    cmd = [sys.executable, "-m", "loopdrive.cli", *"eval --bank smoke --agent expert --out".split(), str(out)]
+    cmd += ["--scenarios", ",".join(FEW)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     journal = out / "episodes.jsonl"
     deadline = time.time() + 120

@@ -64,3 +64,16 @@ def test_demo_writes_scores_and_videos(smoke, tmp_path, capsys):
     ok, frame = cap.read()
     assert ok and frame.shape[1] > 512
     assert cap.get(cv2.CAP_PROP_FRAME_COUNT) > 50  # a frame every 0.1 s world step
+
+
+def test_every_eval_flag_sets_an_eval_config_field():
+    """The eval command's flags are checked against the one definition of an evaluation (EvalConfig)."""
+    from evaluation import EvalConfig
+    from loopdrive.cli import build_parser
+
+    parser = build_parser()
+    ev = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith(" eval"))
+    dests = {a.dest for a in ev._actions} - {"help", "out", "config"}
+    assert dests <= set(EvalConfig.model_fields), dests - set(EvalConfig.model_fields)
+    args = parser.parse_args(["eval", "--out", "x", "--rig", "alpamayo4,front_wide", "--episode-timeout", "5"])
+    assert args.rigs == ["alpamayo4", "front_wide"] and args.episode_timeout_s == 5.0 and args.video is None

@@ -20,7 +20,7 @@ def test_events_round_trip_through_their_json_form():
     }
     assert Event.from_dict(hit.to_dict()) == hit
     assert Event("red_light", 2.0, signal="s1").kind is EventKind.RED_LIGHT  # names read as kinds
-    with pytest.raises(ValueError, match="not part of the event vocabulary"):
+    with pytest.raises(ValueError, match="not an event record"):
         Event.from_dict({"kind": "collision", "t": 0.0, "colour": "red"})
     with pytest.raises(ValueError):
         Event("teleport", 0.0)

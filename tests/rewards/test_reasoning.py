@@ -1,9 +1,6 @@
 """Meta-action detectors (with jitter), scene facts, and the consistency critics."""
 
 import itertools
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -17,6 +14,7 @@ from rewards.critics.http import CriticHTTPError, HTTPCritic
 from rewards.meta_actions import MetaActionThresholds, detect, detect_plan, dominant
 from rewards.scene import scene_facts
 from scenarios import FAMILIES, make_scenario
+from tests.rewards.fake_chat import ChatEndpoint, serving
 
 DT = 0.1
 T = np.arange(0, 8, DT)
@@ -182,41 +180,22 @@ def test_consistency_score_on_a_driven_trajectory():
     assert good.overall > bad.overall and "stop" in good.details["executed_actions"]
 
 
-class _FakeLLM(BaseHTTPRequestHandler):
-    calls = 0
+class _FakeLLM(ChatEndpoint):
     token = "s3cret"
 
-    def log_message(self, *a):
-        pass
-
-    def do_POST(self):
-        type(self).calls += 1
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def respond(self, body):
         if self.headers.get("Authorization") != f"Bearer {self.token}":
-            self.send_response(401)
-            self.end_headers()
-            return
-        if type(self).calls == 1:  # a transient failure the client must retry
-            self.send_response(503)
-            self.end_headers()
-            return
+            return 401, None
+        if len(self.seen) == 1:  # a transient failure the client must retry
+            return 503, None
         prompt = body["messages"][0]["content"]
-        answer = "behaviour: 9, grounding: 8" if "decelerate" in prompt else "I cannot tell."
-        data = json.dumps({"choices": [{"message": {"content": answer}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        return 200, "behaviour: 9, grounding: 8" if "decelerate" in prompt else "I cannot tell."
 
 
 @pytest.fixture
 def fake_llm():
-    _FakeLLM.calls = 0
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FakeLLM)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(_FakeLLM) as url:
+        yield url
 
 
 def test_http_critic_retries_batches_caches_and_falls_back(fake_llm):

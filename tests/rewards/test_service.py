@@ -6,18 +6,16 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar
 
 import numpy as np
 import pytest
 
 from rewards.service import SERVICE_REWARDS, RewardClient, RewardServer, RewardServiceError, service_reward
+from tests.rewards.fake_chat import ChatEndpoint, serving
 
 TOKEN = "t0ken-for-tests"
 
@@ -115,32 +113,11 @@ def test_blank_or_spaced_tokens_are_refused(token):
         RewardServer("127.0.0.1", 0, token=token)
 
 
-class _Recorder(BaseHTTPRequestHandler):
-    """A stand-in critic endpoint that records the Authorization headers it is sent."""
-
-    seen: ClassVar[list[str | None]] = []
-
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        type(self).seen.append(self.headers.get("Authorization"))
-        self.rfile.read(int(self.headers["Content-Length"]))
-        answer = json.dumps({"choices": [{"message": {"content": "behaviour: 9, grounding: 8"}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-
 @pytest.fixture
 def recorder():
-    _Recorder.seen = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    """A critic endpoint that records the Authorization headers it is sent."""
+    with serving(ChatEndpoint) as url:
+        yield url
 
 
 def _consistency_payload() -> dict:
@@ -156,7 +133,7 @@ def test_a_client_cannot_choose_the_critic(server, recorder, monkeypatch):
         code, answer = _post(server.url + "/enqueue", body.encode(), TOKEN)
         assert code == 400 and "critic" in answer["error"] and "operator" in answer["error"]
     time.sleep(0.2)
-    assert _Recorder.seen == []  # nothing, let alone the secret, went to the client's host
+    assert ChatEndpoint.seen == []  # nothing, let alone the secret, went to the client's host
 
 
 def test_the_operator_chooses_the_critic(recorder, monkeypatch):
@@ -167,7 +144,7 @@ def test_the_operator_chooses_the_critic(recorder, monkeypatch):
     finally:
         srv.stop()
     assert scores["behaviour"] == pytest.approx(0.9) and scores["grounding"] == pytest.approx(0.8)
-    assert _Recorder.seen == ["Bearer server-secret"]
+    assert ChatEndpoint.seen == ["Bearer server-secret"]
 
 
 def test_unknown_payload_fields_and_non_finite_numbers_are_400(server):

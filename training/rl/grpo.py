@@ -26,15 +26,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from agents.vla import VLA
 from loopdrive.seeding import derive_seed
 from loopdrive.seeding import rng as seeded_rng
-from training.checkpoints import load_trainer_state, save_checkpoint
+from training.checkpoints import Checkpointer, load_trainer_state
 from training.data import DrivingDataset
-from training.metrics_log import MetricsLogger
-from training.milestones import after_step, before_first_step, finish
+from training.metrics_log import MetricsLogger, progress_bar
+from training.milestones import after_step, before_first_step, finish, last_step_of_this_run
 from training.recipes import GRPORecipe, GRPOSection, RecipeError
 from training.rl.losses import ClipConfig, group_advantages, informative_groups, policy_loss
 from training.rl.module import as_noise_level
@@ -292,27 +291,13 @@ def train_grpo(
     logger = MetricsLogger(run_dir, resume_step=iteration)
     before_first_step(recipe, start_path, evaluate_fn, logger, run_dir)
 
-    def checkpoint(at: int) -> Path:
-        return save_checkpoint(
-            run_dir,
-            at,
-            policy,
-            optimizer,
-            {"iteration": at},
-            {"torch": torch.get_rng_state()},
-            recipe.checkpoint.keep_last,
-        )
+    saver = Checkpointer(run_dir, recipe.checkpoint.keep_last)
 
-    stop_at = rl.iterations
-    if rl.max_iterations_this_run is not None:
-        stop_at = min(rl.iterations, iteration + rl.max_iterations_this_run)
-    bar = tqdm(
-        total=rl.iterations,
-        initial=iteration,
-        desc=f"grpo ({rl.level} level)",
-        unit="iter",
-        disable=None if progress is None else not progress,
-    )
+    def checkpoint(at: int) -> Path:
+        return saver.save(at, policy, optimizer, {"iteration": at}, {"torch": torch.get_rng_state()})
+
+    stop_at = last_step_of_this_run(rl.iterations, iteration, rl.max_iterations_this_run)
+    bar = progress_bar(f"grpo ({rl.level} level)", rl.iterations, iteration, "iter", progress)
     last: dict[str, Any] = {}
     try:
         while iteration < stop_at:

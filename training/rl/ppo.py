@@ -28,11 +28,10 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.learner import POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from safetensors.torch import load_file, save_file
-from tqdm import tqdm
 
 from training.checkpoints import save_checkpoint
-from training.metrics_log import MetricsLogger
-from training.milestones import after_step, before_first_step, finish
+from training.metrics_log import MetricsLogger, progress_bar
+from training.milestones import after_step, before_first_step, finish, last_step_of_this_run
 from training.recipes import PPORecipe
 from training.rl.losses import ClipConfig, clipped_loss, log_ratio
 from training.rl.setup import connect_ray, env_config, starting_point
@@ -195,16 +194,8 @@ def train_ppo(
         save_file({k: v.contiguous() for k, v in module.value_head.state_dict().items()}, path / VALUE_HEAD)
         return path
 
-    stop_at = rl.iterations
-    if rl.max_iterations_this_run is not None:
-        stop_at = min(rl.iterations, iteration + rl.max_iterations_this_run)
-    bar = tqdm(
-        total=rl.iterations,
-        initial=iteration,
-        desc="ppo",
-        unit="iter",
-        disable=None if progress is None else not progress,
-    )
+    stop_at = last_step_of_this_run(rl.iterations, iteration, rl.max_iterations_this_run)
+    bar = progress_bar("ppo", rl.iterations, iteration, "iter", progress)
     last: dict[str, Any] = {}
     try:
         while iteration < stop_at:
@@ -240,14 +231,11 @@ def _train_baseline(recipe: PPORecipe, run_dir: Path, resume: bool, progress: bo
     logger = MetricsLogger(run_dir, resume_step=iteration)
     last: dict[str, Any] = {}
     try:
-        for _ in tqdm(
-            range(iteration, rl.iterations),
-            desc=f"ppo ({rl.policy})",
-            unit="iter",
-            disable=None if progress is None else not progress,
-        ):
+        bar = progress_bar(f"ppo ({rl.policy})", rl.iterations, iteration, "iter", progress)
+        while iteration < rl.iterations:
             last = _flatten_result(algo.train())
             iteration += 1
+            bar.update(1)
             logger.log(iteration, last)
             save_file({k: v.contiguous() for k, v in module.state_dict().items()}, ckpt_dir / ".module.safetensors")
             os.replace(ckpt_dir / ".module.safetensors", ckpt_dir / "module.safetensors")

@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from envs.backends.world_model import WorldModel
 from rewards.frames import FrameRewards
-from training.checkpoints import latest_checkpoint, publish_final, restore_trainer, save_checkpoint
+from training.checkpoints import Checkpointer, latest_checkpoint, publish_final, restore_trainer
 from training.loop import EpochSampler, prepare_run
-from training.metrics_log import MetricsLogger
+from training.metrics_log import MetricsLogger, progress_bar
+from training.milestones import last_step_of_this_run
 from training.recipes import DDRLRecipe, RecipeError
 from training.rl.losses import ClipConfig, clipped_loss, group_advantages, informative_groups, log_ratio
 from training.world_model.data import FrameSequences, per_camera
@@ -138,22 +138,16 @@ def train_ddrl(
     stds = _step_stds(model, d.noise_level, d.sde_steps)
     pixels = int(np.prod(data.frame_shape[1:]))
 
+    saver = Checkpointer(run_dir, recipe.checkpoint.keep_last)
+
     def checkpoint(at: int) -> Path:
-        return save_checkpoint(
-            run_dir,
-            at,
-            model,
-            optimizer,
-            {"contexts": contexts.state(), "real": real.state()},
-            {"noise": noise.get_state()},
-            recipe.checkpoint.keep_last,
-        )
+        state = {"contexts": contexts.state(), "real": real.state()}
+        return saver.save(at, model, optimizer, state, {"noise": noise.get_state()})
 
     if it == 0:
         logger.log(0, probe(model, rewards, probe_pairs, recipe))
-    stop_at = d.iterations if d.max_iterations_this_run is None else min(d.iterations, it + d.max_iterations_this_run)
-    quiet = None if progress is None else not progress
-    bar = tqdm(total=d.iterations, initial=it, desc="ddrl", unit="it", disable=quiet)
+    stop_at = last_step_of_this_run(d.iterations, it, d.max_iterations_this_run)
+    bar = progress_bar("ddrl", d.iterations, it, "it", progress)
     last: dict[str, Any] = {}
     while it < stop_at:
         # 1. a group of SDE samples per real context row, scored against the simulator's next frames

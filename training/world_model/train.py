@@ -20,14 +20,14 @@ from typing import Any
 import cv2
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from envs.backends.world_model import WorldModel, WorldModelConfig
 from envs.sensors.video import VideoRecorder
 from rewards.frames import psnr, ssim
-from training.checkpoints import latest_checkpoint, publish_final, restore_trainer, save_checkpoint
+from training.checkpoints import Checkpointer, latest_checkpoint, publish_final, restore_trainer
 from training.loop import EpochSampler, learning_rate, prepare_run
-from training.metrics_log import MetricsLogger
+from training.metrics_log import MetricsLogger, progress_bar
+from training.milestones import last_step_of_this_run
 from training.recipes import WorldModelRecipe
 from training.world_model.data import FrameSequences, per_camera
 
@@ -78,26 +78,14 @@ def train_world_model(
         step = state["step"]
     logger = MetricsLogger(run_dir, resume_step=step)
 
+    saver = Checkpointer(run_dir, recipe.checkpoint.keep_last)
+
     def checkpoint(at: int) -> Path:
-        return save_checkpoint(
-            run_dir,
-            at,
-            model,
-            optimizer,
-            {"sampler": sampler.state()},
-            {"noise": noise.get_state()},
-            recipe.checkpoint.keep_last,
-        )
+        return saver.save(at, model, optimizer, {"sampler": sampler.state()}, {"noise": noise.get_state()})
 
     last: dict[str, Any] = {}
-    stop_at = cfg.steps if cfg.max_steps_this_run is None else min(cfg.steps, step + cfg.max_steps_this_run)
-    bar = tqdm(
-        total=cfg.steps,
-        initial=step,
-        desc="world model",
-        unit="step",
-        disable=None if progress is None else not progress,
-    )
+    stop_at = last_step_of_this_run(cfg.steps, step, cfg.max_steps_this_run)
+    bar = progress_bar("world model", cfg.steps, step, "step", progress)
     t0, seen = time.perf_counter(), 0
     while step < stop_at:
         lr = learning_rate(step, cfg)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agents import load_agent
-from agents.vla.model import VLA, VLAConfig
+from agents.vla.model import VISION_TOKENS, VLA, VLAConfig
 
 
 @pytest.fixture(scope="module")
@@ -117,15 +117,7 @@ def test_backbone_from_a_local_pretrained_folder(observations, tmp_path):
         trainers.BpeTrainer(vocab_size=600, special_tokens=CHAT, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
     )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    ids = {
-        k: fast.convert_tokens_to_ids(t)
-        for k, t in (
-            ("image_token_id", "<|image_pad|>"),
-            ("video_token_id", "<|video_pad|>"),
-            ("vision_start_token_id", "<|vision_start|>"),
-            ("vision_end_token_id", "<|vision_end|>"),
-        )
-    }
+    ids = {name: fast.convert_tokens_to_ids(token) for name, token in VISION_TOKENS.items()}
     cfg = Qwen2_5_VLConfig(
         text_config=dict(
             vocab_size=len(fast),
