@@ -5,13 +5,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench venv clean browser
+.PHONY: demo test lint bench venv clean browser docs
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,bench]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,bench,docs]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -31,6 +31,10 @@ test: $(STAMP) browser
 	$(BIN)/ruff format --check .
 	HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled $(BIN)/python -m pytest -q
 
+# the documentation site into site/ (tests/docs builds it too, --strict, and opens it in Chromium)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
@@ -38,4 +42,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sim_throughput.py
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs site

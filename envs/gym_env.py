@@ -46,18 +46,15 @@ class LoopDriveEnv(DriveEnv):
 
     A ``Dict`` of the keys in ``observations`` (default: the first five):
 
-    ==============  ==================================  =========================================================
-    key             space                               what
-    ==============  ==================================  =========================================================
-    ``cameras``     ``Box(0, 255, (C, F, H, W, 3))``    the rig's C cameras, the last F frames at 10 Hz, uint8 RGB
-    ``ego_history`` ``Box(-inf, inf, (16, 4))``         the last 1.6 s of (x, y, yaw, speed) in the ego frame
-    ``ego_state``   ``Box(-inf, inf, (7,))``            speed, accel, yaw rate, steer, speed limit, lateral and
-                                                        heading error to the route
-    ``route``       ``Box(-inf, inf, (32, 2))``         the next 64 m of route every 2 m, ego frame
-    ``command``     ``Discrete(4)``                     the next junction's turn: follow, left, straight, right
-    ``bev``         ``Box(0, 255, (B, B, 3))``          a privileged bird's-eye raster of lanes, actors, signals
-    ``state``       ``Box(-inf, inf, (106,))``          a compact privileged vector for classic RL baselines
-    ==============  ==================================  =========================================================
+    | key | space | what |
+    |---|---|---|
+    | ``cameras`` | ``Box(0, 255, (C, F, H, W, 3))`` | the rig's C cameras, the last F frames at 10 Hz, uint8 RGB |
+    | ``ego_history`` | ``Box(-inf, inf, (16, 4))`` | the last 1.6 s of (x, y, yaw, speed) in the ego frame |
+    | ``ego_state`` | ``Box(-inf, inf, (7,))`` | speed, accel, yaw rate, steer, speed limit, lateral and heading error |
+    | ``route`` | ``Box(-inf, inf, (32, 2))`` | the next 64 m of route every 2 m, ego frame |
+    | ``command`` | ``Discrete(4)`` | the next junction's turn: follow, left, straight, right |
+    | ``bev`` | ``Box(0, 255, (B, B, 3))`` | a privileged bird's-eye raster of lanes, actors, signals |
+    | ``state`` | ``Box(-inf, inf, (106,))`` | a compact privileged vector for classic RL baselines |
 
     ## Rewards
 

@@ -3,14 +3,14 @@
 A recipe names its ``algorithm``, and each algorithm has its own recipe type with exactly the sections
 it reads (an unknown section or key is an error naming the file and the dotted key):
 
-=============== ==============================================================================
-``sft``         ``[data]`` (what to collect or read), ``[model]`` (the VLA), ``[train]``
-``grpo``        ``[data]`` (the observation set-up; the behaviour-cloning anchor), ``[rl]``
-``ppo``         ``[data]``, ``[rl]`` (with PPO's critic and GAE settings)
-``ppo_sb3``     ``[rl]`` (bank and rewards), ``[sb3]``
-``world_model`` ``[data]``, ``[train]``, ``[world]``
-``ddrl``        ``[data]``, ``[train]``, ``[world]``, ``[ddrl]``
-=============== ==============================================================================
+| algorithm | sections |
+|---|---|
+| ``sft`` | ``[data]`` (what to collect or read), ``[model]`` (the VLA), ``[train]`` |
+| ``grpo`` | ``[data]`` (the observation set-up; the behaviour-cloning anchor), ``[rl]`` |
+| ``ppo`` | ``[data]``, ``[rl]`` (with PPO's critic and GAE settings) |
+| ``ppo_sb3`` | ``[rl]`` (bank and rewards), ``[sb3]`` |
+| ``world_model`` | ``[data]``, ``[train]``, ``[world]`` |
+| ``ddrl`` | ``[data]``, ``[train]``, ``[world]``, ``[ddrl]`` |
 
 Every recipe also has ``seed``, ``init_from``, ``[eval]`` (closed-loop evaluation) and ``[checkpoint]``.
 The sections embed the settings of the parts they configure rather than copying them: ``[data]`` is
