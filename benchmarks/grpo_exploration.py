@@ -9,7 +9,7 @@ recipe). For each setting it prints the share of groups where some branch collid
 road) and the share where branches *disagree* on it: only those groups carry a policy gradient about
 that infraction. With a ``blocked`` reward term (weight 0 counts it without paying for it), the same
 for stalls: standing still 2.5 s or more with nothing in the way. Also the mean within-group std of
-the score. The default settings are the ones the README's RL section quotes. Prints JSON (and writes
+the score. The default settings are the ones docs/experiments/rl.md quotes. Prints JSON (and writes
 it with ``--out``).
 """
 
@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     recipe = load_recipe(args.config)
     if not Path(recipe.init_from or "").exists():
-        sys.exit(f"{args.config}: init_from {recipe.init_from!r} does not exist; train it first (see the README)")
+        hint = "train it first (see docs/how-to/fine-tune.md)"
+        sys.exit(f"{args.config}: init_from {recipe.init_from!r} does not exist; {hint}")
     from agents.vla.model import VLA
 
     image_size = VLA.from_pretrained(recipe.init_from).config.image_size

@@ -112,16 +112,33 @@ def action_space(action_mode: str) -> spaces.Box:
 
 def check_action(action: Any, space: spaces.Box, action_mode: str) -> tuple[float, float] | None:
     """None for a valid trajectory (the controller tracks it); (accel m/s^2, steer rad) for control.
-    Raises :class:`InvalidActionError` naming the bad shape or the first non-finite entries."""
-    a = np.asarray(action)
+
+    Raises :class:`InvalidActionError` naming what is wrong: not an array of floating-point numbers
+    (a list of strings, an object array, integers), the wrong shape, non-finite values, or positions
+    outside the action space (a trajectory's yaw may wind past +-pi; a waypoint 1e30 m away may not).
+    """
+    try:
+        a = np.asarray(action)
+    except (TypeError, ValueError) as e:
+        raise InvalidActionError(f"{action_mode} action is not an array ({type(action).__name__}): {e}") from None
     if a.dtype.kind != "f":
-        a = a.astype(np.float64)
+        raise InvalidActionError(
+            f"{action_mode} action must be floating-point numbers, got dtype {a.dtype} ({type(action).__name__})"
+        )
     if a.shape != space.shape:
         raise InvalidActionError(f"{action_mode} action must have shape {space.shape}, got {a.shape}")
     if not np.isfinite(a).all():
         bad = np.argwhere(~np.isfinite(a))[:3].tolist()
         raise InvalidActionError(f"{action_mode} action has non-finite values at {bad}")
     if action_mode == "trajectory":
+        xy, low, high = a[:, :2], space.low[:, :2], space.high[:, :2]
+        outside = (xy < low) | (xy > high)
+        if outside.any():
+            k, axis = np.argwhere(outside)[0]
+            raise InvalidActionError(
+                f"trajectory waypoint {k} has {'xy'[axis]} = {xy[k, axis]:g} m, outside [{low[k, axis]:g}, "
+                f"{high[k, axis]:g}] (ego frame)"
+            )
         return None
     u_acc, u_steer = float(np.clip(a[0], -1, 1)), float(np.clip(a[1], -1, 1))
     accel = u_acc * (ACCEL_LIMITS[1] if u_acc > 0 else -ACCEL_LIMITS[0])

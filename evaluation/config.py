@@ -42,6 +42,9 @@ class EvalConfig(BaseModel):
     extra_metrics: list[str] = Field(default_factory=list)
     consistency: bool = True  # score the agent's reasoning against what it did (rules critic)
     retries: int = Field(1, ge=0, description="re-runs of an episode whose worker crashed")
+    agent_threads: int = Field(
+        1, ge=1, description="torch threads of the agent, in-process and in every worker: one policy, one result"
+    )
     backend: Literal["embedded", "worldmodel", "carla"] = "embedded"  # worldmodel: cameras from a learned model
     world_model: str | None = Field(None, description="a saved world model, for backend = worldmodel")
     world_model_noise: float = Field(0.0, ge=0, description="its starting-noise scale (0: deterministic frames)")
@@ -68,6 +71,8 @@ class EvalConfig(BaseModel):
         keep = ("bank", "split", "agent", "decision_every", "n_frames", "camera_size", "leaderboard_version")
         if self.backend != "embedded":  # (embedded runs keep the identity they had before backends existed)
             keep += ("backend", "world_model", "world_model_noise")
+        if self.agent_threads != 1:  # (likewise runs from before the thread policy)
+            keep += ("agent_threads",)
         return {k: v for k, v in self.model_dump(mode="json").items() if k in keep}
 
 

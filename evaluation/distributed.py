@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.config import EvalConfig
-from evaluation.episode import EpisodeRunner, Task
+from evaluation.episode import EpisodeRunner, Task, torch_threads
 
 STARTUP_GRACE_S = 120.0  # a fresh worker imports torch and loads the agent before its first episode
 
@@ -27,16 +27,12 @@ class EpisodeWorker:
     """The body of a Ray actor: an ``EpisodeRunner`` that lives as long as the actor."""
 
     def __init__(self, config: dict[str, Any], out_dir: str) -> None:
-        try:
-            import torch
-
-            torch.set_num_threads(1)  # one core per worker: N workers must not fight over threads
-        except ImportError:  # pragma: no cover
-            pass
-        self.runner = EpisodeRunner(EvalConfig.model_validate(config), out_dir)
+        self.config = EvalConfig.model_validate(config)
+        self.runner = EpisodeRunner(self.config, out_dir)
 
     def run(self, task: tuple[str, int, str]) -> dict[str, Any]:
-        return self.runner.run(Task(*task))
+        with torch_threads(self.config.agent_threads):  # the same policy as in-process
+            return self.runner.run(Task(*task))
 
     def pid(self) -> int:
         return os.getpid()

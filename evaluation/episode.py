@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import math
 import signal
+import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -34,6 +36,7 @@ from rewards.consistency import consistency_score
 from rewards.scene import scene_facts
 
 STATUSES = ("ok", "agent_error", "timeout", "infra_error")
+SCORED = ("ok", "agent_error", "timeout")  # the agent's episodes; an infra_error is the suite's, never scored
 TRACE_EVERY = 5  # world steps between points of the stored ego trace (0.5 s)
 MAX_REASONING_SAMPLES = 3
 
@@ -48,8 +51,10 @@ class Task(NamedTuple):
         return f"{self.scenario}|{self.seed}|{self.rig}"
 
 
-class EpisodeTimeout(Exception):
-    pass
+class EpisodeTimeout(BaseException):
+    """The episode's wall-clock budget ran out. A ``BaseException``, so an agent's ``except Exception``
+    cannot swallow it; and it is raised again every 0.5 s until the episode ends (an agent that
+    catches everything cannot outlast it either)."""
 
 
 class AgentFailure(Exception):
@@ -119,8 +124,7 @@ class EpisodeRunner:
         except Exception as e:
             return rec | _failure("infra_error", e)
         try:
-            with _deadline(self.config.episode_timeout_s):
-                rec |= self._drive(env, task, t0)
+            rec |= self._drive(env, task, t0)
             rec["status"] = "ok"
         except EpisodeTimeout:
             rec |= self._partial(env) | {
@@ -162,39 +166,40 @@ class EpisodeRunner:
             video_path = self.out_dir / "videos" / f"{task.scenario}__s{task.seed}__{task.rig}.mp4"
             recorder = VideoRecorder(video_path)
             env.step_hooks.append(lambda e: _record(e, recorder, caption[0], timing))
+        info: dict[str, Any] = {}
         try:
-            t = time.perf_counter()
-            try:
-                agent.reset(info_for_agent)
-            except EpisodeTimeout:
-                raise
-            except Exception as e:
-                raise AgentFailure() from e
-            timing["agent"] += time.perf_counter() - t
-            done, info, decisions = False, {}, 0
-            while not done:
+            with _deadline(self.config.episode_timeout_s) as deadline:  # the agent's time starts here
                 t = time.perf_counter()
                 try:
-                    out = agent.act(obs)
-                except EpisodeTimeout:
-                    raise
+                    agent.reset(info_for_agent)
                 except Exception as e:
                     raise AgentFailure() from e
-                t1 = time.perf_counter()
-                timing["agent"] += t1 - t
-                decisions += 1
-                text = getattr(out, "reasoning", None)
-                caption[0] = text
-                if text:
-                    if self.config.consistency and isinstance(world, World):  # (the critic reads the scene)
-                        consistency.append(self._consistency(world, text, out.trajectory))
-                    if len(reasoning) < MAX_REASONING_SAMPLES and all(r["text"] != text for r in reasoning):
-                        reasoning.append({"t": round(world.t, 2), "text": text})
-                t2 = time.perf_counter()
-                timing["metrics"] += t2 - t1
-                obs, _, terminated, truncated, info = env.step(getattr(out, "trajectory", out))
-                timing["env"] += time.perf_counter() - t2
-                done = terminated or truncated
+                timing["agent"] += time.perf_counter() - t
+                done, decisions = False, 0
+                while not done:
+                    t = time.perf_counter()
+                    try:
+                        out = agent.act(obs)
+                    except Exception as e:
+                        raise AgentFailure() from e
+                    if deadline.expired:  # the agent swallowed the time-out (or no signal reached it)
+                        raise EpisodeTimeout()
+                    trajectory = _trajectory_of(out)
+                    t1 = time.perf_counter()
+                    timing["agent"] += t1 - t
+                    decisions += 1
+                    text = getattr(out, "reasoning", None)
+                    caption[0] = text = text if isinstance(text, str) else None
+                    if text:
+                        if self.config.consistency and isinstance(world, World):  # (the critic reads the scene)
+                            consistency.append(self._consistency(world, text, trajectory))
+                        if len(reasoning) < MAX_REASONING_SAMPLES and all(r["text"] != text for r in reasoning):
+                            reasoning.append({"t": round(world.t, 2), "text": text})
+                    t2 = time.perf_counter()
+                    timing["metrics"] += t2 - t1
+                    obs, _, terminated, truncated, info = env.step(trajectory)
+                    timing["env"] += time.perf_counter() - t2
+                    done = terminated or truncated
         finally:
             if recorder is not None:
                 recorder.close()
@@ -242,6 +247,32 @@ class EpisodeRunner:
         }
 
 
+@contextmanager
+def torch_threads(n: int):
+    """Run the block with torch on ``n`` threads (when torch is loaded: an agent that uses it is),
+    then restore. CPU results depend on the thread count (reduction order), so an evaluation uses the
+    same count in-process and in every worker, and gets the same numbers for any worker count."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _trajectory_of(out: Any) -> Any:
+    """The plan in an agent's answer: ``AgentOutput.trajectory`` (the env checks its type, shape and
+    values); anything else is the agent's error, named."""
+    trajectory = getattr(out, "trajectory", None)
+    if trajectory is None:
+        raise InvalidActionError(f"act() must return an AgentOutput, got {type(out).__name__}")
+    return trajectory
+
+
 def _record(env: LoopDriveEnv, recorder: VideoRecorder, caption: str | None, timing: dict[str, float]) -> None:
     t = time.perf_counter()
     recorder.add(env.video_frame(caption))
@@ -257,22 +288,35 @@ def _failure(status: str, e: BaseException) -> dict[str, Any]:
 
 
 class _deadline:
-    """Raise ``EpisodeTimeout`` in this thread after ``seconds`` (SIGALRM; a no-op off the main thread,
-    where a Ray pool enforces the budget by replacing the worker)."""
+    """Raise ``EpisodeTimeout`` in this thread after ``seconds``, and again every ``REPEAT_S`` until the
+    block ends (SIGALRM; a no-op off the main thread, where a Ray pool enforces the budget by replacing
+    the worker). ``expired`` tells the runner the budget is gone even if an agent swallowed the raise."""
+
+    REPEAT_S = 0.5
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.armed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+        self.ends = time.monotonic() + seconds
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> _deadline:
+        self.ends = time.monotonic() + self.seconds
+        self.active = True
         if self.armed:
             self.previous = signal.signal(signal.SIGALRM, self._fire)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds, self.REPEAT_S)
+        return self
+
+    @property
+    def expired(self) -> bool:
+        return time.monotonic() >= self.ends
 
     def _fire(self, signum, frame) -> None:
-        raise EpisodeTimeout()
+        if self.active:  # (a signal already on its way when the block ended is ignored)
+            raise EpisodeTimeout()
 
     def __exit__(self, *exc) -> None:
+        self.active = False
         if self.armed:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self.previous)

@@ -18,7 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from evaluation.config import EvalConfig, EvalConfigError
-from evaluation.episode import EpisodeRunner, Task
+from evaluation.episode import EpisodeRunner, Task, torch_threads
 from evaluation.journal import Journal
 from evaluation.summary import git_revision, summarize
 
@@ -64,7 +64,7 @@ def evaluate(
     out.mkdir(parents=True, exist_ok=True)
     _check_same_run(out, config)
     journal = Journal(out / "episodes.jsonl")
-    todo = [t for t in tasks if t.key not in journal]
+    todo = [t for t in tasks if t.key not in journal or journal.records[t.key]["status"] == "infra_error"]
     meta = {
         "bank": {"name": bank.name, "version": bank.version, "split": config.split},
         "agent": config.agent,
@@ -121,7 +121,8 @@ def _execute(
     runner = EpisodeRunner(config, out, agent_factory)
     for task in todo:
         for attempt in range(config.retries + 1):
-            rec = runner.run(task)
+            with torch_threads(config.agent_threads):
+                rec = runner.run(task)
             if rec["status"] != "infra_error" or attempt == config.retries:
                 break
             stale = runner.envs.pop(task.rig, None)  # rebuild the environment before the retry

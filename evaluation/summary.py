@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.episode import STATUSES
+from evaluation.episode import SCORED, STATUSES
 
 HEADLINE_SUITES = ("leaderboard", "pdms", "alpasim", "comfort", "success")
 CURVE_AND_TURN_TAGS = frozenset({"curve", "sharp_curve", "turn_left", "turn_right"})
@@ -40,8 +40,10 @@ def bootstrap_ci(
 
 
 def scored(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Records that carry metrics, in a fixed order."""
-    return sorted((r for r in records if r.get("suites")), key=lambda r: r["key"])
+    """The episodes that count, in a fixed order: one rule, by status. ``ok``, ``agent_error`` and
+    ``timeout`` are the agent's (scored with the metrics reached, as the Leaderboard scores a crashed
+    agent's route); ``infra_error`` is the suite's and never scored, whatever metrics it carries."""
+    return sorted((r for r in records if r["status"] in SCORED and r.get("suites")), key=lambda r: r["key"])
 
 
 def suite_score(record: dict[str, Any], suite: str) -> float:
@@ -91,7 +93,7 @@ def summarize(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[s
         "agent": meta["agent"],
         "episodes": {"total": len(records), "expected": meta.get("expected", len(records)), **counts},
         "complete": len(records) >= meta.get("expected", len(records)),
-        "scoring": "episodes with status ok, agent_error or timeout; infra_error episodes are not scored",
+        "scoring": "episodes with status ok, agent_error or timeout; infra_error episodes are not scored (and rerun)",
         "suites": {s: _stat([suite_score(r, s) for r in done]) for s in _suite_names(done)},
     }
     succ = [suite_score(r, "success") for r in done]

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 from pydantic import ValidationError
 
 from scenarios.families import FAMILIES, build_family_map, make_scenario
+from scenarios.files import MAX_MAP_BYTES, read_mapping
 from scenarios.maps import RoadMap
 from scenarios.schema import BankManifest, Scenario, ScenarioError, format_validation_error
 
@@ -72,13 +72,19 @@ def resolve_bank_path(name_or_path: str | Path) -> Path:
 
 # --- maps ---------------------------------------------------------------------------------------------
 def load_map(scenario: Scenario, base_dir: Path | None = None) -> RoadMap:
+    """The scenario's road map: its procedural family's, or its JSON map file's (a relative path
+    against ``base_dir``; ``load_scenario`` has already made it absolute)."""
     spec = scenario.map
     if spec.family is not None:
         return build_family_map(spec.family, spec.params)
     path = Path(spec.file)
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
-    return RoadMap.from_dict(json.loads(path.read_text()))
+    data = read_mapping(path, MAX_MAP_BYTES)
+    try:
+        return RoadMap.from_dict(data)
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a road map ({type(e).__name__}: {e})") from None
 
 
 def check_references(scn: Scenario, road_map: RoadMap) -> list[str]:
@@ -115,34 +121,30 @@ def check_references(scn: Scenario, road_map: RoadMap) -> list[str]:
 
 
 # --- loading and validation ----------------------------------------------------------------------------
-def _read_mapping(path: Path) -> dict:
-    text = path.read_text()
-    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"top level must be a mapping, got {type(data).__name__}")
-    return data
-
-
 def load_scenario(path: str | Path) -> Scenario:
     """Parse and fully validate one scenario file; raises ScenarioError naming file, field and reason."""
     path = Path(path)
     try:
-        data = _read_mapping(path)
-    except (OSError, ValueError, yaml.YAMLError) as e:
+        data = read_mapping(path)
+    except (OSError, ValueError) as e:
         raise ScenarioError([f"{path}: <file>: cannot read: {e}"]) from None
     return parse_scenario(data, source=path)
 
 
 def parse_scenario(data: dict, source: str | Path = "<scenario>") -> Scenario:
+    """Validate a scenario (a map file by a relative path is resolved against the file's folder, so
+    the scenario means the same from any working directory)."""
     try:
         scn = Scenario.model_validate(data)
     except ValidationError as e:
         raise ScenarioError(format_validation_error(e, source)) from None
-    base = Path(source).parent if isinstance(source, Path) else None
+    if scn.map.file is not None and isinstance(source, Path) and not Path(scn.map.file).is_absolute():
+        scn.map.file = str((source.parent / scn.map.file).resolve())
     try:
-        road_map = load_map(scn, base)
-    except (KeyError, ValueError, OSError) as e:
-        raise ScenarioError([f"{source}: map: {e}"]) from None
+        road_map = load_map(scn)
+    except (KeyError, TypeError, ValueError, OSError) as e:
+        field = "map.file" if scn.map.file is not None else "map.params"
+        raise ScenarioError([f"{source}: {field}: {e}"]) from None
     problems = check_references(scn, road_map)
     if problems:
         raise ScenarioError([f"{source}: {p}" for p in problems])

@@ -7,6 +7,7 @@ same inputs give the same scenario, which is how banks are regenerated bit for b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -32,8 +33,10 @@ class Range:
     valid: tuple[float, float] | None = None
 
     def check(self, value: Any) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"must be a number, got {value!r}"
+        if not -1e9 < value < 1e9 or not math.isfinite(value):  # (a huge int is no float for numpy)
+            return f"{value!r} is not a finite number of sensible size"
         if self.integer and int(value) != value:
             return f"must be an integer, got {value!r}"
         lo, hi = self.valid or (self.lo / 4 if self.lo > 0 else self.lo, self.hi * 4 if self.hi > 0 else self.hi)

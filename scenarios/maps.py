@@ -41,6 +41,12 @@ class Lane:
         self.centerline = np.asarray(self.centerline, dtype=float)
         if self.centerline.ndim != 2 or self.centerline.shape[0] < 2 or self.centerline.shape[1] != 2:
             raise ValueError(f"lane {self.id!r}: centerline must be [N>=2, 2], got {self.centerline.shape}")
+        if not np.isfinite(self.centerline).all():
+            raise ValueError(f"lane {self.id!r}: centerline has non-finite coordinates")
+        if not (np.isfinite(self.width) and 0.1 <= self.width <= 20.0):
+            raise ValueError(f"lane {self.id!r}: width {self.width} is not in [0.1, 20] m")
+        if not (np.isfinite(self.speed_limit) and 0 < self.speed_limit <= 100.0):
+            raise ValueError(f"lane {self.id!r}: speed_limit {self.speed_limit} is not in (0, 100] m/s")
 
     @cached_property
     def s(self) -> np.ndarray:

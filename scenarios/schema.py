@@ -21,8 +21,14 @@ class ScenarioError(ValueError):
         super().__init__("\n".join(problems))
 
 
+Coordinate = Annotated[float, Field(ge=-1e6, le=1e6)]  # metres: a point within 1,000 km of the origin
+Angle = Annotated[float, Field(ge=-10.0, le=10.0)]  # radians
+Time = Annotated[float, Field(ge=0.0, le=3600.0)]  # seconds into the scenario
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    # numbers are finite everywhere: NaN or infinity in a scenario is a mistake, named where it is
+    model_config = ConfigDict(extra="forbid", frozen=False, allow_inf_nan=False)
 
 
 # --- map ----------------------------------------------------------------------------------------
@@ -84,7 +90,7 @@ class Walk(_Strict):
     """A pedestrian walking along ``path`` (world points) at ``speed`` once triggered."""
 
     type: Literal["walk"] = "walk"
-    path: list[tuple[float, float]] = Field(min_length=2)
+    path: list[tuple[Coordinate, Coordinate]] = Field(min_length=2, max_length=10_000)
     speed: float = Field(default=1.4, gt=0, le=4)
     trigger: Trigger = Field(default_factory=lambda: Trigger(time=0.0))
 
@@ -97,7 +103,7 @@ class Replay(_Strict):
     """Non-reactive replay of a logged track: rows of (t, x, y, yaw)."""
 
     type: Literal["replay"] = "replay"
-    track: list[tuple[float, float, float, float]] = Field(min_length=2)
+    track: list[tuple[Time, Coordinate, Coordinate, Angle]] = Field(min_length=2, max_length=100_000)
 
 
 Behaviour = Annotated[IDM | HardBrake | LaneChange | Walk | Static | Replay, Field(discriminator="type")]
@@ -109,7 +115,7 @@ class ActorSpec(_Strict):
     lane: str | None = None  # start lane (vehicles following lanes)
     s: float = Field(default=0.0, ge=0)
     lateral: float = Field(default=0.0, ge=-6, le=6)  # offset from the lane centre, left positive
-    position: tuple[float, float, float] | None = None  # x, y, yaw: for walkers / static props
+    position: tuple[Coordinate, Coordinate, Angle] | None = None  # x, y, yaw: for walkers / static props
     speed: float = Field(default=0.0, ge=0, le=60)
     path: list[str] | None = None  # lanes to follow; default: successors from ``lane``
     length: float = Field(default=4.6, gt=0.2, le=25)
@@ -131,8 +137,8 @@ class EgoSpec(_Strict):
     speed: float = Field(default=0.0, ge=0, le=40)
     route: list[str] = Field(min_length=1)  # connected lane ids, starting with ``lane``
     goal_distance: float | None = Field(default=None, gt=0)  # metres along the route; None: its end
-    length: float = 4.8
-    width: float = 2.0
+    length: float = Field(4.8, gt=1.0, le=25)
+    width: float = Field(2.0, gt=0.5, le=4)
 
 
 class SignalPhase(_Strict):
@@ -155,7 +161,7 @@ class Scenario(_Strict):
     family: str = "custom"
     description: str = ""
     split: Literal["train", "val", "test"] = "test"
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63)
     params: dict[str, Any] = Field(default_factory=dict)
     map: MapSpec
     ego: EgoSpec

@@ -66,3 +66,54 @@ class NoisyExpert(Expert):
         traj = out.trajectory.copy()
         traj[:, 1] += self.rng.normal(0, 0.3) * np.linspace(0, 1, len(traj))
         return AgentOutput(traj, out.reasoning)
+
+
+class SwallowsTimeouts(ConstantVelocity):
+    """Catches every Exception inside act and keeps trying: a time-out must still end its episode."""
+
+    def act(self, observation):
+        while True:
+            try:
+                time.sleep(0.05)
+            except Exception:
+                continue
+
+
+class _Malformed(ConstantVelocity):
+    """Returns ``self.bad(trajectory)`` instead of a plan after its second decision."""
+
+    def reset(self, episode_info):
+        super().reset(episode_info)
+        self.calls = 0
+
+    def act(self, observation):
+        out = super().act(observation)
+        self.calls += 1
+        if self.calls <= 2:
+            return out
+        return AgentOutput(self.bad(out.trajectory), "bad")
+
+
+class ReturnsList(_Malformed):
+    bad = staticmethod(lambda t: [["a", "b", "c"]] * 64)
+
+
+class ReturnsObjects(_Malformed):
+    bad = staticmethod(lambda t: np.array([object()] * 192, dtype=object).reshape(64, 3))
+
+
+class ReturnsString(_Malformed):
+    bad = staticmethod(lambda t: "turn left")
+
+
+class ReturnsInts(_Malformed):
+    bad = staticmethod(lambda t: t.astype(np.int64))
+
+
+class ReturnsHuge(_Malformed):
+    bad = staticmethod(lambda t: t * 1e30)
+
+
+class ReturnsNothing(ConstantVelocity):
+    def act(self, observation):
+        return None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation import EvalConfig, EvalConfigError, Journal, evaluate, load_eval_config, summarize
+from evaluation import EvalConfig, EvalConfigError, Journal, evaluate, load_eval_config, read_episodes, summarize
 from evaluation.regress import bootstrap_p, sign_test_p
 from loopdrive.cli import main
 
@@ -156,6 +156,20 @@ def test_ray_workers_give_the_same_results_and_survive_a_dying_worker(tmp_path, 
         s0 = evaluate(base, tmp_path / "w0", progress=False)
         s2 = evaluate(base.model_copy(update={"workers": 2}), tmp_path / "w2", progress=False)
         _same(s0, s2)
+        # the VLA too: the same numbers in-process and on 1 or 2 workers (one torch-thread policy, task seeds)
+        from agents.vla import VLA, VLAConfig
+
+        VLA(VLAConfig(size="tiny")).save_pretrained(tmp_path / "vla")
+        vla = EvalConfig(bank="smoke", agent=f"vla:{tmp_path / 'vla'}?reasoning=0", scenarios=FEW[:2])
+        runs = [
+            evaluate(vla.model_copy(update={"workers": w}), tmp_path / f"vla{w}", progress=False) for w in (0, 1, 2)
+        ]
+        traces = [
+            [r["trace"] for r in sorted(read_episodes(tmp_path / f"vla{w}"), key=lambda r: r["key"])] for w in (0, 1, 2)
+        ]
+        assert traces[0] == traces[1] == traces[2]
+        _same(runs[0], runs[1])
+        _same(runs[0], runs[2])
         cfg = EvalConfig(
             bank="smoke", agent="tests.evaluation.plugin_agents:KillsItsWorker", scenarios=FEW[:2], workers=2
         )
@@ -276,3 +290,48 @@ def test_report_renders_in_headless_chromium(expert_run, tmp_path):
     assert body.count("<tr>") == 1 + 4  # header + one row per episode, built by the script
     assert dom.count('data-figure="bev"') == 4 and dom.count("<svg") >= 6
     assert "curve-000" in body and "status-ok" in body
+
+
+def test_a_time_out_holds_whatever_the_agent_catches(tmp_path):
+    cfg = EvalConfig(
+        bank="smoke",
+        agent="tests.evaluation.plugin_agents:SwallowsTimeouts",
+        scenarios=["curve-000"],
+        episode_timeout_s=1.0,
+    )
+    t0 = time.time()
+    s = evaluate(cfg, tmp_path, progress=False)
+    assert s["episodes"]["timeout"] == 1 and time.time() - t0 < 20
+    assert s["suites"]["leaderboard"]["n"] == 1  # scored up to the time-out, as the agent's failure
+
+
+@pytest.mark.parametrize(
+    ("agent", "message"),
+    [
+        ("ReturnsList", "floating-point"),
+        ("ReturnsObjects", "floating-point"),
+        ("ReturnsString", "floating-point"),
+        ("ReturnsInts", "dtype int64"),
+        ("ReturnsHuge", "outside"),
+        ("ReturnsNothing", "must return an AgentOutput"),
+    ],
+)
+def test_malformed_agent_outputs_are_the_agents_errors(tmp_path, agent, message):
+    cfg = EvalConfig(bank="smoke", agent=f"tests.evaluation.plugin_agents:{agent}", scenarios=["straight-000"])
+    s = evaluate(cfg, tmp_path, progress=False)
+    assert s["episodes"]["agent_error"] == 1 and s["episodes"]["infra_error"] == 0
+    assert message in s["failures"][0]["error"]
+    assert s["suites"]["leaderboard"]["n"] == 1  # scored up to the failure
+
+
+def test_infra_errors_are_never_scored_and_a_rerun_retries_them(expert_run, tmp_path):
+    reference, _ = expert_run
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    broken = json.loads(lines[0]) | {"status": "infra_error", "error": "the node went away"}
+    (out / "episodes.jsonl").write_text("\n".join([json.dumps(broken), *lines[1:]]) + "\n")
+    assert summarize([broken], {"bank": {}, "agent": "expert"})["suites"] == {}  # suites present, not scored
+    summary = evaluate(EvalConfig(bank="smoke", agent="expert", scenarios=FEW), out, progress=False)
+    assert summary["episodes"]["ok"] == len(FEW) and summary["episodes"]["infra_error"] == 0  # rerun, not kept
+    _same(summary, json.loads((reference / "summary.json").read_text()))

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from envs import LoopDriveEnv
 from scenarios import (
     FAMILIES,
     RoadMap,
@@ -87,15 +88,19 @@ def test_road_map_round_trips_through_json(tmp_path):
     assert [s.id for s in again.stop_lines] == [s.id for s in m.stop_lines]
 
 
-def test_scenario_with_a_map_file(tmp_path):
+def test_scenario_with_a_map_file(tmp_path, monkeypatch):
     scn = make_scenario("curve", FAMILIES["curve"].sample_params(np.random.default_rng(2)), 0, "from_file")
     road_map = build_family_map("curve", scn.map.params)
     (tmp_path / "road.json").write_text(json.dumps(road_map.to_dict()))
     data = scn.model_dump(mode="json")
     data["map"] = {"file": "road.json"}
     (tmp_path / "s.json").write_text(json.dumps(data))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
     loaded = load_scenario(tmp_path / "s.json")
-    assert loaded.map.file == "road.json"
+    assert loaded.map.file == str((tmp_path / "road.json").resolve())  # the scenario's folder, not the cwd
+    env = LoopDriveEnv(scenario=loaded, observations=("ego_state",))  # what validates, runs
+    env.reset(seed=0)
 
 
 def test_road_map_rejects_dangling_links():
