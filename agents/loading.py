@@ -27,6 +27,7 @@ def load_agent(spec: str) -> Agent:
         from urllib.parse import parse_qs
 
         from agents.vla.agent import VLAAgent
+        from agents.vla.checkpoint import CheckpointError
 
         path, _, query = spec[4:].partition("?")
         if not (Path(path) / "vla_config.json").exists():
@@ -39,7 +40,10 @@ def load_agent(spec: str) -> Agent:
             noise = float(options.get("noise", 1.0))
         except ValueError:
             raise AgentSpecError(f"agent {spec!r}: noise must be a number, got {options['noise']!r}") from None
-        return VLAAgent(path, reasoning=options.get("reasoning", "1") != "0", noise_scale=noise)
+        try:
+            return VLAAgent(path, reasoning=options.get("reasoning", "1") != "0", noise_scale=noise)
+        except CheckpointError as e:
+            raise AgentSpecError(f"agent {spec!r}: {e}") from None
     if spec.startswith("sb3:"):
         from agents.sb3 import SB3Agent, SB3FormatError
 

@@ -8,18 +8,22 @@ Rerunning the same command reads the journal and runs only the missing episodes.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
-from evaluation.episode import json_safe
+from evaluation.episode import SCORED, STATUSES, json_safe
 
 
 class JournalError(ValueError):
-    pass
+    """A journal line that is not an episode record; the message names ``file:line``."""
 
 
 class Journal:
+    """The records of ``episodes.jsonl`` by episode key, checked as they are read (``JournalError``
+    naming ``file:line`` for a bad one); ``append`` writes one more, durably."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.records: dict[str, dict[str, Any]] = {}
@@ -34,10 +38,12 @@ class Journal:
                 break  # torn write at the end: dropped below
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise JournalError(f"{self.path}:{lineno}: not a JSON record ({e.msg}); fix or move the file") from None
-            if not isinstance(rec, dict) or "key" not in rec:
-                raise JournalError(f"{self.path}:{lineno}: record without a 'key'")
+            except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError for bytes that are not UTF-8
+                why = getattr(e, "msg", None) or str(e)
+                raise JournalError(f"{self.path}:{lineno}: not a JSON record ({why}); fix or move the file") from None
+            problem = record_problem(rec)
+            if problem:
+                raise JournalError(f"{self.path}:{lineno}: {problem}; fix or move the file")
             self.records[rec["key"]] = rec  # a retried episode's later record wins
             good += len(line)
         if good < len(raw):
@@ -57,6 +63,30 @@ class Journal:
             f.flush()
             os.fsync(f.fileno())
         self.records[record["key"]] = json.loads(line)  # exactly what a resumed run will read back
+
+
+def record_problem(rec: Any) -> str | None:
+    """What makes ``rec`` not an episode record (None when it is one): a string key, a known status,
+    and for a scored status the score and the suites it is scored on, as finite numbers."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
+        return "record without a string 'key'"
+    if rec.get("status") not in STATUSES:
+        return f"status {rec.get('status')!r} is not one of {list(STATUSES)}"
+    if rec["status"] not in SCORED or (rec["status"] == "timeout" and "suites" not in rec):
+        return None  # (a time-out whose worker was killed carries no metrics: it scores zero)
+    if not _finite(rec.get("score")):
+        return f"a {rec['status']} record needs a numeric 'score', got {rec.get('score')!r}"
+    suites = rec.get("suites")
+    if not isinstance(suites, dict) or "leaderboard" not in suites:
+        return f"a {rec['status']} record needs its 'suites' (the leaderboard's at least)"
+    for name, suite in suites.items():
+        if not isinstance(suite, dict) or (name != "extra" and not _finite(suite.get("score"))):
+            return f"suites.{name} has no numeric 'score'"
+    return None
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def read_episodes(path: str | Path) -> list[dict[str, Any]]:

@@ -82,8 +82,12 @@ def evaluate(
         dynamic_ncols=True,
     )
     scores: list[float] = [r["score"] for r in journal.records.values() if r.get("score") is not None]
+    scenarios = {s.id: s for s in bank.scenarios}
     try:
         for rec in _execute(todo, config, out, agent_factory):
+            scenario = scenarios[rec["scenario"]]  # (a record lost with its worker knows only the task)
+            rec.setdefault("family", scenario.family)
+            rec.setdefault("tags", list(scenario.tags))
             journal.append(rec)
             if rec.get("score") is not None:
                 scores.append(rec["score"])

@@ -4,7 +4,7 @@ per tag and per rig, infractions, statuses, and where the numbers came from.
 The summary is a pure function of the records (sorted by key; no wall times, no dates), so a run
 resumed after a kill and an uninterrupted run write the same file. Episodes that ended in
 ``agent_error`` or ``timeout`` are scored with the metrics they had reached (the agent's fault);
-``infra_error`` episodes are counted but not scored.
+``infra_error`` episodes are counted but not scored (and rerun).
 """
 
 from __future__ import annotations
@@ -42,8 +42,22 @@ def bootstrap_ci(
 def scored(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The episodes that count, in a fixed order: one rule, by status. ``ok``, ``agent_error`` and
     ``timeout`` are the agent's (scored with the metrics reached, as the Leaderboard scores a crashed
-    agent's route); ``infra_error`` is the suite's and never scored, whatever metrics it carries."""
-    return sorted((r for r in records if r["status"] in SCORED and r.get("suites")), key=lambda r: r["key"])
+    agent's route); ``infra_error`` is the suite's and never scored, whatever metrics it carries.
+    A time-out whose worker had to be killed lost its metrics with it: it scores zero everywhere."""
+    records = [r for r in records if r["status"] in SCORED]
+    template = next((r["suites"] for r in records if "suites" in r), None)
+    return sorted((r if "suites" in r else _zero_metrics(r, template) for r in records), key=lambda r: r["key"])
+
+
+def _zero_metrics(record: dict[str, Any], suites: dict[str, Any] | None) -> dict[str, Any]:
+    """``record`` with every metric zero, in the layout of ``suites`` (another record's)."""
+    if suites is None:
+        suites = {s: {"score": 0.0} for s in HEADLINE_SUITES} | {
+            "leaderboard": {"score": 0.0, "route_completion": 0.0},
+            "extra": {"distance_m": 0.0},
+        }
+    zero = {name: {k: 0.0 for k, v in suite.items() if isinstance(v, (int, float))} for name, suite in suites.items()}
+    return record | {"score": 0.0, "suites": zero, "infractions": [], "events": {}, "reward_returns": {}}
 
 
 def suite_score(record: dict[str, Any], suite: str) -> float:

@@ -13,12 +13,8 @@ class MetricsLogger:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
         if self.path.exists():  # after a resume, drop lines logged past the checkpoint (they are redone)
-            kept = [
-                line
-                for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= resume_step
-            ]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            kept = [rec for rec in read_metrics(self.path) if rec["step"] <= resume_step]
+            self.path.write_text("".join(json.dumps(rec) + "\n" for rec in kept))
         try:
             from tensorboardX import SummaryWriter
 
@@ -43,8 +39,7 @@ class MetricsLogger:
         from matplotlib.figure import Figure
 
         series: dict[str, list[tuple[int, float]]] = defaultdict(list)
-        for line in self.path.read_text().splitlines() if self.path.exists() else []:
-            rec: dict[str, Any] = json.loads(line)
+        for rec in read_metrics(self.path) if self.path.exists() else []:
             for k, v in rec.items():
                 if k != "step" and isinstance(v, (int, float)) and (keys is None or k in keys):
                     series[k].append((rec["step"], v))
@@ -63,6 +58,26 @@ class MetricsLogger:
         out = self.run_dir / "curves.png"
         fig.savefig(out, dpi=90)
         return out
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl``. A torn last line (a kill mid-write) is dropped; any other
+    unreadable line is a ``ValueError`` naming ``file:line``, so nothing is silently thrown away."""
+    lines = path.read_bytes().split(b"\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+                raise ValueError("no integer 'step'")
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            if number == len(lines):  # the last line, unterminated: torn by a kill
+                break
+            raise ValueError(f"{path}:{number}: not a metrics record ({e}); fix or move the file") from None
+        records.append(rec)
+    return records
 
 
 def progress_bar(desc: str, total: int, done: int = 0, unit: str = "step", show: bool | None = None):

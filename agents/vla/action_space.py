@@ -2,16 +2,19 @@
 
 Bounds: acceleration +-9.8 m/s^2, curvature +-0.2 1/m. The flow head works on standardised actions
 (the training data's mean and std, kept in the model's config), or bound-scaled ones by default.
-Integration per 0.1 s step: v += a dt; yaw += k v dt + k a dt^2 / 2; x, y trapezoidal. The initial
-speed comes from the ego history (regularised least squares over its speeds).
+Integration per 0.1 s step: v += a dt (kept in [0, 40] m/s); yaw += k v dt + k a dt^2 / 2; x, y
+trapezoidal. The initial speed comes from the ego history (regularised least squares over its speeds).
 """
 
 from __future__ import annotations
 
 import torch
 
+from envs.interface import TRAJ_HIGH, TRAJ_LOW
+
 ACCEL_MAX = 9.8
 CURV_MAX = 0.2
+SPEED_MAX = 40.0  # m/s, above the embedded world's top speed (35 m/s)
 DT = 0.1
 STEPS = 64
 
@@ -36,16 +39,36 @@ def denormalise(u: torch.Tensor, mean=None, std=None) -> torch.Tensor:
 
 
 def integrate(actions: torch.Tensor, v0: torch.Tensor, dt: float = DT) -> torch.Tensor:
-    """Actions ``[B, T, 2]`` (physical units) and initial speed ``[B]`` -> trajectory ``[B, T, 3]``."""
+    """Actions ``[B, T, 2]`` (physical units) and initial speed ``[B]`` -> trajectory ``[B, T, 3]``.
+
+    Speed stays within [0, SPEED_MAX], as a vehicle's does: a run of braking stops the plan rather
+    than reversing it (the training targets never reverse either, see :func:`from_trajectory`), so
+    even an untrained head's plan stays inside the env's action space (<= 256 m ahead in 6.4 s).
+    """
     a, k = actions[..., 0], actions[..., 1]
-    v_prev = v0.unsqueeze(-1) + torch.cumsum(a * dt, -1) - a * dt  # speed at the start of each step
-    v_next = v_prev + a * dt
-    dyaw = k * v_prev * dt + k * a * dt * dt / 2
+    speeds = [v0]
+    for t in range(a.shape[-1]):  # 64 clamped steps: a recursion, not a cumulative sum
+        speeds.append((speeds[-1] + a[..., t] * dt).clamp(0.0, SPEED_MAX))
+    v = torch.stack(speeds, -1)
+    v_prev, v_next = v[..., :-1], v[..., 1:]
+    dyaw = k * 0.5 * (v_prev + v_next) * dt  # = k (v dt + a dt^2 / 2) while the speed is not clamped
     yaw_next = torch.cumsum(dyaw, -1)
     yaw_prev = yaw_next - dyaw
     x = torch.cumsum(0.5 * (v_prev * torch.cos(yaw_prev) + v_next * torch.cos(yaw_next)) * dt, -1)
     y = torch.cumsum(0.5 * (v_prev * torch.sin(yaw_prev) + v_next * torch.sin(yaw_next)) * dt, -1)
     return torch.stack([x, y, yaw_next], -1)
+
+
+def to_plan(u: torch.Tensor, v0: torch.Tensor, mean=None, std=None) -> torch.Tensor:
+    """The flow head's output ``[B, T, 2]`` -> the plan the env drives ``[B, T, 3]``.
+
+    Positions are clipped to the env's action space, as a continuous policy's samples are clipped to
+    its Box: forward driving can still leave it (a U-turn, then 40 m/s straight back), and only an
+    untrained or noise-driven head plans that.
+    """
+    traj = integrate(denormalise(u.float(), mean, std), v0.float())
+    low, high = traj.new_tensor(TRAJ_LOW[0, :2]), traj.new_tensor(TRAJ_HIGH[0, :2])
+    return torch.cat([torch.maximum(torch.minimum(traj[..., :2], high), low), traj[..., 2:]], -1)
 
 
 def from_trajectory(traj: torch.Tensor, v0: torch.Tensor, dt: float = DT, smooth: float = 1e-4) -> torch.Tensor:

@@ -16,12 +16,15 @@ from typing import Any, ClassVar
 import cv2
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import save_file
 from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessorPil
+from transformers.utils import logging as hf_logging
 
 from agents.vla import action_space
+from agents.vla.checkpoint import CheckpointError, check_finite, check_tokenizer, load_strict, load_weights, read_config
 from agents.vla.config import PRESETS, VLAConfig
 from agents.vla.flow import (
     ActionExpert,
@@ -109,22 +112,34 @@ def _local_backbone(path: Path, tokenizer: PreTrainedTokenizerFast | None):
     )
 
     if not (path / "config.json").exists():
-        raise FileNotFoundError(f"backbone_path {path} is not a local transformers model folder (no config.json)")
-    kind = AutoConfig.from_pretrained(path, local_files_only=True).model_type
+        raise CheckpointError(f"{path}: not a local transformers model folder (no config.json)")
+    try:
+        kind = AutoConfig.from_pretrained(path, local_files_only=True).model_type
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path / 'config.json'}: {e}") from None
     classes = {"qwen2_5_vl": Qwen2_5_VLForConditionalGeneration, "qwen3_vl": Qwen3VLForConditionalGeneration}
     if kind not in classes:
-        raise ValueError(f"backbone at {path} is a {kind!r} model; the VLA supports {sorted(classes)}")
+        raise CheckpointError(f"{path}: a {kind!r} model; the VLA supports {sorted(classes)}")
     tok = tokenizer or AutoTokenizer.from_pretrained(path, local_files_only=True)
     missing = [t for t in SPECIAL if t not in tok.get_vocab()]
     if missing:
         tok.add_special_tokens({"additional_special_tokens": missing})
-    model = classes[kind].from_pretrained(path, local_files_only=True)
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar per load
+    try:
+        model, info = classes[kind].from_pretrained(path, local_files_only=True, output_loading_info=True)
+    except (OSError, RuntimeError, ValueError, SafetensorError) as e:
+        raise CheckpointError(f"{path}: the backbone's weights do not load: {str(e)[:300]}") from None
+    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    if problems:  # a partial load would leave random weights: refuse it
+        detail = "; ".join(f"{k.replace('_', ' ')} {sorted(map(str, v))[:3]}" for k, v in problems.items())
+        raise CheckpointError(f"{path}: the backbone's weights do not match its config: {detail}")
+    check_finite(dict(model.state_dict()), path)
     if model.get_input_embeddings().weight.shape[0] < len(tok):
         model.resize_token_embeddings(len(tok))
     for name, token in (("image_token_id", "<|image_pad|>"), ("vision_start_token_id", "<|vision_start|>")):
         if tok.convert_tokens_to_ids(token) != getattr(model.config, name):
-            raise ValueError(
-                f"backbone at {path}: {token} is id {tok.convert_tokens_to_ids(token)} in the "
+            raise CheckpointError(
+                f"{path}: {token} is id {tok.convert_tokens_to_ids(token)} in the "
                 f"tokenizer but {name}={getattr(model.config, name)} in the model config"
             )
     return model, tok
@@ -328,7 +343,7 @@ class VLA(nn.Module):
 
     def actions_to_trajectory(self, u: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
         c = self.config
-        return action_space.integrate(action_space.denormalise(u.float(), c.action_mean, c.action_std), v0.float())
+        return action_space.to_plan(u, v0, c.action_mean, c.action_std)
 
     @torch.no_grad()
     def act_batch(
@@ -530,14 +545,20 @@ class VLA(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str = "cpu") -> VLA:
+        """A saved VLA, checked as it is read (:mod:`agents.vla.checkpoint`): a damaged or incomplete
+        folder is a ``CheckpointError`` naming the file and the reason, never a partial load."""
         path = Path(path)
-        cfg_file = path / "vla_config.json"
-        if not cfg_file.exists():
-            raise FileNotFoundError(f"{path} is not a saved VLA (no vla_config.json)")
-        raw = json.loads(cfg_file.read_text())
-        cfg = VLAConfig.model_validate(raw["vla"])
+        cfg, expert_cfg = read_config(path, STATE_FEATURES)  # as saved (older VLAs lack later options)
         cfg.backbone_path = str(path / "backbone")  # the saved copy, whatever it was built from
-        tok = PreTrainedTokenizerFast.from_pretrained(path / "tokenizer", local_files_only=True)
-        model = cls(cfg, tok, ExpertConfig(**raw["expert"]))  # as saved (older VLAs lack later options)
-        model.expert.load_state_dict(load_file(path / "action_expert.safetensors"))
+        folder = path / "tokenizer"
+        if not (folder / "tokenizer.json").is_file():
+            raise CheckpointError(f"{folder}: missing (no tokenizer.json)")
+        try:
+            tok = PreTrainedTokenizerFast.from_pretrained(folder, local_files_only=True)
+        except Exception as e:  # tokenizers and transformers raise many types for a damaged file
+            raise CheckpointError(f"{folder}: not a readable tokenizer ({type(e).__name__}: {str(e)[:200]})") from None
+        check_tokenizer(tok, folder, SPECIAL)
+        model = cls(cfg, tok, expert_cfg)
+        file = path / "action_expert.safetensors"
+        load_strict(model.expert, load_weights(file), file)
         return model.to(device).eval()

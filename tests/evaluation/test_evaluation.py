@@ -335,3 +335,28 @@ def test_infra_errors_are_never_scored_and_a_rerun_retries_them(expert_run, tmp_
     summary = evaluate(EvalConfig(bank="smoke", agent="expert", scenarios=FEW), out, progress=False)
     assert summary["episodes"]["ok"] == len(FEW) and summary["episodes"]["infra_error"] == 0  # rerun, not kept
     _same(summary, json.loads((reference / "summary.json").read_text()))
+
+
+def test_a_timeout_that_lost_its_worker_scores_zero(expert_run, tmp_path, monkeypatch):
+    """A worker killed past the episode's budget takes the metrics with it: the record has a scored
+    status and no suites, reads back from the journal, and counts as zero on every suite."""
+    from evaluation import runner
+    from evaluation.distributed import _lost
+    from evaluation.journal import Journal
+
+    reference, _ = expert_run
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    (out / "episodes.jsonl").write_text("\n".join(lines[1:]) + "\n")  # the first episode is to run again
+
+    def worker_killed(todo, *args):
+        yield from (_lost(task, 1, "episode exceeded 600 s; worker replaced", status="timeout") for task in todo)
+
+    monkeypatch.setattr(runner, "_execute", worker_killed)
+    summary = evaluate(EvalConfig(bank="smoke", agent="expert", scenarios=FEW), out, progress=False)
+    kept = [json.loads(line) for line in lines[1:]]
+    assert summary["episodes"]["timeout"] == 1 and summary["suites"]["leaderboard"]["n"] == len(FEW)
+    expected = sum(r["suites"]["leaderboard"]["score"] for r in kept) / len(FEW)
+    assert summary["suites"]["leaderboard"]["mean"] == pytest.approx(expected)
+    assert len(Journal(out / "episodes.jsonl").records) == len(FEW)  # the journal reads it back

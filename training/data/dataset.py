@@ -25,6 +25,7 @@ NUMERIC = {
     "perturbed": "bool",
 }
 TEXT = ("scenario", "reasoning", "agent_reasoning", "meta_actions", "causes")
+EVERY_CHUNK_STORED = "every_chunk_stored"  # an array attribute: its writer stored all-zero chunks too
 
 
 class DatasetError(ValueError):
@@ -70,7 +71,13 @@ def dataset_card(path: str | Path) -> dict[str, Any]:
 
 class DrivingDataset:
     """The complete samples of a collected dataset, held in memory (the tiny recipes fit easily;
-    ``max_gb`` guards against loading something that will not)."""
+    ``max_gb`` guards against loading something that will not).
+
+    Opening checks the folder before anything trains on it: every array present with its dtype,
+    at least as long as the recorded complete samples, no chunk of those samples missing (zarr
+    would read a deleted chunk as zeros: black frames, empty text), every chunk decoding, and
+    finite numbers. Each failure is a ``DatasetError`` naming the array and the reason.
+    """
 
     def __init__(self, path: str | Path, max_gb: float = 8.0) -> None:
         path = Path(path)
@@ -78,17 +85,27 @@ class DrivingDataset:
             g = zarr.open_group(path, mode="r")
         except (FileNotFoundError, zarr.errors.GroupNotFoundError):
             raise DatasetError(f"{path}: no dataset here (run `loopdrive collect` first)") from None
+        except (ValueError, TypeError, KeyError) as e:  # a damaged zarr.json (JSONDecodeError is a ValueError)
+            raise DatasetError(f"{path / 'zarr.json'}: not readable ({type(e).__name__}: {e})") from None
         if g.attrs.get("format") != FORMAT:
             raise DatasetError(f"{path}: not a LoopDrive driving dataset (format {g.attrs.get('format')!r})")
         self.n = int(g.attrs.get("n_complete", 0))
         if self.n == 0:
             raise DatasetError(f"{path}: the dataset has no complete samples")
+        for name in (*NUMERIC, *TEXT):
+            _check_array(g, path, name, self.n)
         size = sum(np.dtype(g[k].dtype).itemsize * int(np.prod(g[k].shape[1:])) for k in NUMERIC) * self.n / 1e9
         if size > max_gb:
             raise DatasetError(f"{path}: {size:.1f} GB does not fit the in-memory loader (max_gb={max_gb})")
-        self.arrays = {k: np.asarray(g[k][: self.n]) for k in NUMERIC}
-        self.text = {k: [str(x) for x in g[k][: self.n]] for k in TEXT}
-        self.card = dataset_card(path)
+        self.arrays = {k: _read(g, path, k, self.n) for k in NUMERIC}
+        self.text = {k: [str(x) for x in _read(g, path, k, self.n)] for k in TEXT}
+        for name, values in self.arrays.items():
+            if values.dtype.kind == "f" and not np.isfinite(values).all():
+                raise DatasetError(f"{path / name}: non-finite values in the complete samples")
+        try:
+            self.card = dataset_card(path)
+        except (KeyError, TypeError) as e:
+            raise DatasetError(f"{path / 'zarr.json'}: the dataset's attributes lack {e}") from None
 
     def __len__(self) -> int:
         return self.n
@@ -107,3 +124,37 @@ class DrivingDataset:
             for i in idx
         ]
         return obs, [self.text["reasoning"][i] for i in idx], self.arrays["target"][idx]
+
+
+def _check_array(g: zarr.Group, path: Path, name: str, n: int) -> None:
+    """Present, of its dtype, ``n`` samples long at least, and every chunk of them on disk."""
+    if not (path / name / "zarr.json").is_file():
+        raise DatasetError(f"{path / name}: missing array")
+    try:
+        arr = g[name]
+    except (ValueError, TypeError, KeyError) as e:
+        raise DatasetError(f"{path / name / 'zarr.json'}: not readable ({type(e).__name__}: {e})") from None
+    if name in NUMERIC and arr.dtype != np.dtype(NUMERIC[name]):
+        raise DatasetError(f"{path / name}: dtype {arr.dtype}, expected {NUMERIC[name]}")
+    if arr.shape[0] < n:
+        raise DatasetError(f"{path / name}: {arr.shape[0]} samples, but the dataset records {n} complete ones")
+    if not arr.attrs.get(EVERY_CHUNK_STORED):  # written before chunks were all stored: none to check
+        return
+    rows = -(-n // arr.chunks[0])  # the chunks that hold the first n samples (a kill can leave later ones unwritten)
+    if arr.nchunks_initialized == arr.nchunks:  # every chunk there (one directory listing)
+        return
+    encode = arr.metadata.chunk_key_encoding.encode_chunk_key
+    for coord in np.ndindex(rows, *arr.cdata_shape[1:]):
+        if not (path / name / encode(coord)).is_file():
+            first = coord[0] * arr.chunks[0]
+            raise DatasetError(
+                f"{path / name / encode(coord)}: missing chunk (samples {first}-{first + arr.chunks[0] - 1}); "
+                "a deleted chunk would read as zeros"
+            )
+
+
+def _read(g: zarr.Group, path: Path, name: str, n: int) -> np.ndarray:
+    try:
+        return np.asarray(g[name][:n])
+    except Exception as e:  # codecs raise their own types for a damaged chunk
+        raise DatasetError(f"{path / name}: a chunk does not decode ({type(e).__name__}: {e})") from None

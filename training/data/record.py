@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,15 @@ import zarr
 from tqdm import tqdm
 
 from envs.sensors.resize import resize_frames
-from training.data.dataset import FORMAT, NUMERIC, TEXT, DatasetError, card_path, dataset_card
+from training.data.dataset import (
+    EVERY_CHUNK_STORED,
+    FORMAT,
+    NUMERIC,
+    TEXT,
+    DatasetError,
+    card_path,
+    dataset_card,
+)
 from training.data.labels import ConsistencyFilter, label_meta_actions, make_teacher
 from training.data.settings import CollectSettings
 
@@ -77,22 +85,24 @@ class _Writer:
     def __init__(self, group: zarr.Group, chunk: int) -> None:
         self.g, self.chunk = group, chunk
         self.buffer: list[dict[str, Any]] = []
-        self.pending_episodes: list[tuple[str, int]] = []  # (key, samples)
+        self.pending_episodes: list[tuple[str, int, CollectStats]] = []  # (key, samples, its counts)
+        self.stats = CollectStats.from_attrs(group.attrs.get("stats"))  # of the committed episodes
 
     def _ensure(self, sample: dict[str, Any]) -> None:
+        mark = {EVERY_CHUNK_STORED: True}  # so a reader can tell a deleted chunk from an all-zero one
         for name, dtype in NUMERIC.items():
             if name not in self.g:
                 shape = np.asarray(sample[name]).shape
-                self.g.create_array(name, shape=(0, *shape), chunks=(self.chunk, *shape), dtype=dtype)
+                self.g.create_array(name, shape=(0, *shape), chunks=(self.chunk, *shape), dtype=dtype, attributes=mark)
         for name in TEXT:
             if name not in self.g:
-                self.g.create_array(name, shape=(0,), chunks=(self.chunk,), dtype=str)
+                self.g.create_array(name, shape=(0,), chunks=(self.chunk,), dtype=str, attributes=mark)
 
-    def add_episode(self, key: str, samples: list[dict[str, Any]]) -> None:
+    def add_episode(self, key: str, samples: list[dict[str, Any]], stats: CollectStats) -> None:
         if samples:
             self._ensure(samples[0])
         self.buffer += samples
-        self.pending_episodes.append((key, len(samples)))
+        self.pending_episodes.append((key, len(samples), stats))
         while len(self.buffer) >= self.chunk:
             self._write(self.chunk)
 
@@ -115,15 +125,17 @@ class _Writer:
         self._commit()
 
     def _commit(self) -> None:
-        """Mark episodes complete whose samples are all on disk."""
+        """Mark episodes complete whose samples are all on disk, and count them, in one update: the
+        counts always describe exactly the complete episodes, so a resumed collect counts each once."""
         written = int(self.g.attrs.get("written", 0))
         done = list(self.g.attrs.get("episodes_complete", []))
         n_complete = int(self.g.attrs.get("n_complete", 0))
         while self.pending_episodes and n_complete + self.pending_episodes[0][1] <= written:
-            key, n = self.pending_episodes.pop(0)
+            key, n, stats = self.pending_episodes.pop(0)
             done.append(key)
             n_complete += n
-        self.g.attrs.update({"episodes_complete": done, "n_complete": n_complete})
+            self.stats.add(stats)
+        self.g.attrs.update({"episodes_complete": done, "n_complete": n_complete, "stats": self.stats.to_attrs()})
 
 
 def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None) -> dict[str, Any]:
@@ -162,17 +174,15 @@ def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None)
     )
     agent = load_agent(cfg.agent)
     teacher = make_teacher(cfg.teacher)
-    filt = ConsistencyFilter(cfg.filter_threshold)
-    stats = _Stats.from_attrs(group.attrs.get("stats"))
+    critic = ConsistencyFilter(cfg.filter_threshold).critic
     writer = _Writer(group, cfg.chunk)
     bar = tqdm(todo, desc=f"collect {cfg.agent}", unit="ep", disable=None if progress is None else not progress)
-    for index, (sid, seed, perturbed) in bar:
-        samples = _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats, scene_facts)
-        writer.add_episode(_key((sid, seed, perturbed)), samples)
-        group.attrs["stats"] = stats.to_attrs() | {"filter_so_far": filt.stats()}
-    writer.flush()
-    stats.filter_totals(filt)
-    group.attrs["stats"] = stats.to_attrs()
+    with zarr.config.set({"array.write_empty_chunks": True}):  # every chunk on disk, all-zero ones too
+        for index, (sid, seed, perturbed) in bar:
+            filt = ConsistencyFilter(cfg.filter_threshold, critic)  # counts this episode's samples
+            samples, stats = _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, scene_facts)
+            writer.add_episode(_key((sid, seed, perturbed)), samples, stats)
+        writer.flush()
     card = dataset_card(out)
     card_path(out).write_text(json.dumps(card, indent=1))
     return card
@@ -188,7 +198,10 @@ def _key(episode: tuple[str, int, bool]) -> str:
     return f"{sid}|{seed}|{'p' if perturbed else 'n'}"
 
 
-def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats, scene_facts) -> list[dict[str, Any]]:
+def _rollout(
+    env, agent, sid, seed, perturbed, index, cfg, teacher, filt, scene_facts
+) -> tuple[list[dict[str, Any]], CollectStats]:
+    """One episode's samples and its counts."""
     options: dict[str, Any] = {"scenario": sid}
     if perturbed:
         rng = np.random.default_rng(1000 + index)
@@ -216,11 +229,10 @@ def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats,
         done = terminated or truncated
     m = info["metrics"]
     bad = m["at_fault_collisions"] > 0 or m["events"].get("offroad", 0) > 0
-    stats.episodes += 1
-    stats.families[env.scenario.family] += 1
+    stats = CollectStats(episodes=1, families=Counter([env.scenario.family]))
     if bad:
         stats.dropped_episodes += 1
-        return []
+        return [], stats
     samples = []
     for d in decisions:
         target = d["plan"] if cfg.target == "plan" else future_in_ego_frame(env.ego_track, d["k"])
@@ -258,11 +270,15 @@ def _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, stats,
                 "causes": json.dumps(sorted(causes)),
             }
         )
-    return samples
+    stats.kept, stats.rejected = filt.kept, filt.rejected
+    return samples, stats
 
 
 @dataclass
-class _Stats:
+class CollectStats:
+    """What a collect counted: episodes (and those dropped as not demonstrations), samples without a
+    full future, families, meta-actions, causes, commands, and the consistency filter's verdicts."""
+
     episodes: int = 0
     dropped_episodes: int = 0
     short_future: int = 0
@@ -270,26 +286,23 @@ class _Stats:
     meta_actions: Counter = field(default_factory=Counter)
     causes: Counter = field(default_factory=Counter)
     commands: Counter = field(default_factory=Counter)
-    filter: dict[str, Any] = field(default_factory=dict)
+    kept: int = 0
+    rejected: Counter = field(default_factory=Counter)
+
+    def add(self, other: CollectStats) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     @classmethod
-    def from_attrs(cls, d: dict[str, Any] | None) -> _Stats:
-        d = dict(d or {})
-        d.pop("filter_so_far", None)
-        out = cls(**{k: d[k] for k in ("episodes", "dropped_episodes", "short_future") if k in d})
-        for k in ("families", "meta_actions", "causes", "commands"):
-            getattr(out, k).update({(int(a) if k == "commands" else a): n for a, n in d.get(k, {}).items()})
-        out.filter = d.get("filter", {})
+    def from_attrs(cls, d: dict[str, Any] | None) -> CollectStats:
+        d = d or {}
+        counts = {k: d[k] for k in ("episodes", "dropped_episodes", "short_future") if k in d}
+        out = cls(**counts, kept=d.get("filter", {}).get("kept", 0))
+        out.rejected.update(d.get("filter", {}).get("rejected_by_reason", {}))
+        for k in ("families", "meta_actions", "causes"):
+            getattr(out, k).update(d.get(k, {}))
+        out.commands.update({int(c): n for c, n in d.get("commands", {}).items()})
         return out
-
-    def filter_totals(self, filt: ConsistencyFilter) -> None:
-        prev = self.filter or {"kept": 0, "rejected": 0, "rejected_by_reason": {}}
-        reasons = Counter(prev.get("rejected_by_reason", {})) + filt.rejected
-        self.filter = {
-            "kept": prev["kept"] + filt.kept,
-            "rejected": prev["rejected"] + sum(filt.rejected.values()),
-            "rejected_by_reason": dict(reasons),
-        }
 
     def to_attrs(self) -> dict[str, Any]:
         return {
@@ -299,6 +312,10 @@ class _Stats:
             "families": dict(self.families),
             "meta_actions": dict(self.meta_actions),
             "causes": dict(self.causes),
-            "commands": {str(k): v for k, v in self.commands.items()},
-            "filter": self.filter,
+            "commands": {str(k): v for k, v in sorted(self.commands.items())},
+            "filter": {
+                "kept": self.kept,
+                "rejected": sum(self.rejected.values()),
+                "rejected_by_reason": dict(self.rejected),
+            },
         }

@@ -15,7 +15,7 @@ class CollectSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bank: str = Field("core", description="scenario bank (name or folder)")
-    split: str | None = Field("train", description="bank split (none: the whole bank)")
+    split: str | None = Field("train", description="bank split (all: the whole bank)")
     agent: str = Field("expert", description="who drives: an agent spec")
     seeds: int = Field(1, ge=1, description="episodes per scenario (seeds 0..K-1)")
     scenarios: list[str] | None = Field(None, description="a subset of the split's scenario ids")

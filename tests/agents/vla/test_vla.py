@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from agents import load_agent
+from agents.vla.checkpoint import CheckpointError
 from agents.vla.model import VISION_TOKENS, VLA, VLAConfig
 
 
@@ -153,7 +154,7 @@ def test_backbone_from_a_local_pretrained_folder(observations, tmp_path):
     for (k1, v1), (k2, v2) in zip(model.encode(batch)[0], again.encode(again.prepare(observations[:1]))[0]):
         assert torch.allclose(k1, k2, atol=1e-4) and torch.allclose(v1, v2, atol=1e-4)
     np.testing.assert_allclose(out[0]["trajectory"], b[0]["trajectory"], rtol=1e-2, atol=5e-2)
-    with pytest.raises(FileNotFoundError, match="not a local transformers model folder"):
+    with pytest.raises(CheckpointError, match="not a local transformers model folder"):
         VLA(VLAConfig(backbone_path=str(tmp_path)))
 
 

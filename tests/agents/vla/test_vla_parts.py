@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from agents.vla.action_space import from_trajectory, initial_speed, integrate
+from agents.vla.action_space import from_trajectory, initial_speed, integrate, to_plan
 from agents.vla.flow import (
     ActionExpert,
     ExpertConfig,
@@ -34,6 +34,17 @@ def test_unicycle_round_trip():
     assert (
         torch.allclose(straight[0, :, 0], torch.arange(1, 65) * 1.0, atol=1e-5) and straight[..., 1:].abs().max() < 1e-6
     )
+
+
+def test_a_plan_brakes_to_a_stop_and_never_leaves_the_action_space():
+    from envs.interface import TRAJ_HIGH, TRAJ_LOW
+
+    brake = integrate(torch.tensor([-9.8, 0.1]).expand(1, 64, 2), torch.tensor([5.0]))
+    assert brake[0, :, 0].diff().min() >= 0 and brake[0, -1, 0] == pytest.approx(5.0**2 / (2 * 9.8), rel=0.05)
+    floor = integrate(torch.tensor([9.8, 0.0]).expand(1, 64, 2), torch.tensor([35.0]))
+    assert floor[0, -1, 0] <= 40.0 * 6.4
+    wild = to_plan(torch.randn(256, 64, 2) * 3.0, torch.rand(256) * 35.0).numpy()  # an untrained head's noise
+    assert (wild[..., :2] >= TRAJ_LOW[:, :2]).all() and (wild[..., :2] <= TRAJ_HIGH[:, :2]).all()
 
 
 def test_initial_speed_from_history():

@@ -56,6 +56,9 @@ def test_collect_resumes_after_a_kill(dataset, tmp_path, monkeypatch):
     for k in ("cameras", "target", "ego_history", "episode"):
         np.testing.assert_array_equal(a.arrays[k], b.arrays[k])
     assert a.text["reasoning"] == b.text["reasoning"]
+    # the card counts each episode once, and keeps the filter's verdicts of the run that was killed
+    assert {**a.card, "path": None} == {**b.card, "path": None}
+    assert b.card["labels"]["filter"]["kept"] == len(b) and b.card["labels"]["episodes"] == 3
     with pytest.raises(ValueError, match="other settings"):
         collect(collect_settings(n_frames=2), path, progress=False)
 
