@@ -47,3 +47,21 @@ class BaseAgent:
 
     def act_batch(self, observations: Sequence[dict[str, Any]]) -> list[AgentOutput]:
         return [self.act(o) for o in observations]
+
+
+class ModelAgent(BaseAgent):
+    """An agent around a torch ``model`` that acts in batches: each episode reseeds its generator (from
+    ``episode_info["seed"]``), so a run's plans do not depend on the order or grouping of episodes."""
+
+    model: Any
+    seed: int = 0
+
+    def reset(self, episode_info: dict[str, Any]) -> None:
+        super().reset(episode_info)
+        import torch
+
+        seed = int(episode_info.get("seed", self.seed)) if isinstance(episode_info, dict) else self.seed
+        self.generator = torch.Generator(device=self.model.device).manual_seed(seed)
+
+    def act(self, observation: dict[str, Any]) -> AgentOutput:
+        return self.act_batch([observation])[0]

@@ -1,10 +1,13 @@
 """Agents by spec string: ``expert``, ``constant_velocity``, ``stop``, ``vla:PATH`` (a saved VLA;
-``vla:PATH?reasoning=0`` for trajectory only, ``&noise=0`` for the deterministic plan), ``sb3:PATH``
+``vla:PATH?reasoning=0`` for trajectory only, ``&noise=0`` for the deterministic plan), ``alpamayo:PATH``
+(a checkpoint in Alpamayo-R1's released layout; ``?base=DIR`` for its base VLM folder), ``sb3:PATH``
 (a stable-baselines3 zip, loaded without pickle), or ``my_pkg.agents:MyAgent``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import parse_qs
 
 from agents.base import Agent
 from agents.baselines import ConstantVelocity, Stop
@@ -18,30 +21,55 @@ class AgentSpecError(ValueError):
     pass
 
 
+def _path_and_options(spec: str, allowed: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """``kind:PATH?key=value&...`` -> (PATH, options); an unknown option is an ``AgentSpecError``."""
+    path, _, query = spec.partition(":")[2].partition("?")
+    options = {k: v[-1] for k, v in parse_qs(query).items()}
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        usage = ", ".join(f"{k}={v}" for k, v in allowed.items())
+        raise AgentSpecError(f"agent {spec!r}: unknown option(s) {unknown}; use {usage}")
+    return path, options
+
+
+def _number(spec: str, options: dict[str, str], key: str, default: float) -> float:
+    try:
+        return float(options.get(key, default))
+    except ValueError:
+        raise AgentSpecError(f"agent {spec!r}: {key} must be a number, got {options[key]!r}") from None
+
+
 def load_agent(spec: str) -> Agent:
     """Build an agent from its spec; a wrong spec raises ``AgentSpecError`` saying why."""
     if spec in BUILTIN:
         return BUILTIN[spec]()
     if spec.startswith("vla:"):
-        from pathlib import Path
-        from urllib.parse import parse_qs
-
         from agents.vla.agent import VLAAgent
         from agents.vla.checkpoint import CheckpointError
 
-        path, _, query = spec[4:].partition("?")
+        path, options = _path_and_options(spec, {"reasoning": "0|1", "noise": "<scale>"})
         if not (Path(path) / "vla_config.json").exists():
             raise AgentSpecError(f"agent {spec!r}: {path} is not a saved VLA (no vla_config.json)")
-        options = {k: v[-1] for k, v in parse_qs(query).items()}
-        unknown = sorted(set(options) - {"reasoning", "noise"})
-        if unknown:
-            raise AgentSpecError(f"agent {spec!r}: unknown option(s) {unknown}; use reasoning=0|1, noise=<scale>")
         try:
-            noise = float(options.get("noise", 1.0))
-        except ValueError:
-            raise AgentSpecError(f"agent {spec!r}: noise must be a number, got {options['noise']!r}") from None
+            return VLAAgent(
+                path, reasoning=options.get("reasoning", "1") != "0", noise_scale=_number(spec, options, "noise", 1.0)
+            )
+        except CheckpointError as e:
+            raise AgentSpecError(f"agent {spec!r}: {e}") from None
+    if spec.startswith("alpamayo:"):
+        from agents.alpamayo.agent import AlpamayoAgent
+        from agents.vla.checkpoint import CheckpointError
+
+        allowed = {"base": "<base VLM folder>", "reasoning": "0|1", "temperature": "<t>", "noise": "<scale>"}
+        path, options = _path_and_options(spec, allowed)
         try:
-            return VLAAgent(path, reasoning=options.get("reasoning", "1") != "0", noise_scale=noise)
+            return AlpamayoAgent(
+                path,
+                base=options.get("base"),
+                reasoning=options.get("reasoning", "1") != "0",
+                temperature=_number(spec, options, "temperature", 0.6),
+                noise_scale=_number(spec, options, "noise", 1.0),
+            )
         except CheckpointError as e:
             raise AgentSpecError(f"agent {spec!r}: {e}") from None
     if spec.startswith("sb3:"):

@@ -16,25 +16,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import json
-import time
 
 import gymnasium as gym
 import torch
 
 from benchmarks.machine import machine_info, pin_to_one_core
+from benchmarks.machine import timed as best_time
 
 
 def timed(fn, device, repeats):
-    out, best = None, float("inf")
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return out, best * 1000.0
+    out, seconds = best_time(fn, device, repeats)
+    return out, seconds * 1000.0
 
 
 def measure(model, observations, args, dtype) -> list[dict]:

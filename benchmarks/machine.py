@@ -46,6 +46,24 @@ def pin_to_one_core() -> int | None:
     return None
 
 
+def timed(fn, device: str, repeats: int):
+    """``fn()``'s last result and its best wall time over ``repeats`` calls, in seconds (CUDA synchronised)."""
+    import time
+
+    import torch
+
+    out, best = None, float("inf")
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return out, best
+
+
 def emit(result: dict, out: str | None = None) -> dict:
     """Print a benchmark's JSON result, and write it to ``out`` when given."""
     import json

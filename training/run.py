@@ -48,7 +48,9 @@ def make_evaluator(e: EvalSection, d: CollectSettings, agent: str | None = None)
         split = split or e.split
         ids = [s.id for s in load_bank(e.bank, split=split).scenarios]
         ids = ids[: e.scenarios] if e.scenarios else None
-        spec = f"vla:{checkpoint}?reasoning={int(e.reasoning)}&noise={e.noise:g}"
+        from agents.policy import policy_kind
+
+        spec = f"{policy_kind(checkpoint)}:{checkpoint}?reasoning={int(e.reasoning)}&noise={e.noise:g}"
         decision_every = d.decision_every
         if agent is not None:  # a control policy renews its command every world step, as in training
             spec, decision_every = agent.format(checkpoint=checkpoint), 1

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents.alpamayo.model import AlpamayoR1
+from agents.policy import load_policy
 from agents.vla import VLA, action_space
 from agents.vla.model import state_features
 from training.checkpoints import Checkpointer, latest_checkpoint, restore_trainer
@@ -27,9 +29,10 @@ from training.milestones import after_step, finish, last_step_of_this_run
 from training.recipes import SFTRecipe, TrainSection
 
 
-def build_model(recipe: SFTRecipe) -> VLA:
+def build_model(recipe: SFTRecipe) -> VLA | AlpamayoR1:
+    """The recipe's start: a saved VLA or Alpamayo-R1 checkpoint (``init_from``), or a fresh VLA."""
     if recipe.init_from:
-        return VLA.from_pretrained(recipe.init_from)
+        return load_policy(recipe.init_from)
     torch.manual_seed(recipe.seed)
     return VLA(recipe.model.model_copy())
 
@@ -74,7 +77,7 @@ def train_sft(
 
     ckpt = latest_checkpoint(run_dir) if resume else None
     if ckpt is not None:
-        model = VLA.from_pretrained(ckpt)
+        model = load_policy(ckpt)
     else:
         model = build_model(recipe)
         if not recipe.init_from:  # a fresh flow head works on the data's standardised actions

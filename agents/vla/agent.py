@@ -6,10 +6,10 @@ from typing import Any
 
 import torch
 
-from agents.base import AgentOutput, BaseAgent
+from agents.base import AgentOutput, ModelAgent
 
 
-class VLAAgent(BaseAgent):
+class VLAAgent(ModelAgent):
     name = "vla"
 
     def __init__(
@@ -20,14 +20,6 @@ class VLAAgent(BaseAgent):
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model = VLA.from_pretrained(path, device)
         self.reasoning, self.seed, self.noise_scale = reasoning, seed, noise_scale
-
-    def reset(self, episode_info: dict[str, Any]) -> None:
-        super().reset(episode_info)
-        seed = int(episode_info.get("seed", self.seed)) if isinstance(episode_info, dict) else self.seed
-        self.generator = torch.Generator(device=self.model.device).manual_seed(seed)
-
-    def act(self, observation: dict[str, Any]) -> AgentOutput:
-        return self.act_batch([observation])[0]
 
     def act_batch(self, observations: list[dict[str, Any]]) -> list[AgentOutput]:
         outs = self.model.act_batch(observations, self.reasoning, self.generator, self.noise_scale)

@@ -23,6 +23,7 @@ from torch.nn import functional as F
 from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessorPil
 from transformers.utils import logging as hf_logging
 
+from agents.parts import TrainableParts
 from agents.vla import action_space
 from agents.vla.checkpoint import CheckpointError, check_finite, check_tokenizer, load_strict, load_weights, read_config
 from agents.vla.config import PRESETS, VLAConfig
@@ -177,7 +178,7 @@ def patchify(
     return np.ascontiguousarray(x.reshape(n * gh * gw, c * temporal * patch * patch))
 
 
-class VLA(nn.Module):
+class VLA(nn.Module, TrainableParts):
     def __init__(
         self,
         config: VLAConfig,
@@ -222,6 +223,15 @@ class VLA(nn.Module):
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
+    @property
+    def camera_size(self) -> tuple[int, int]:
+        """(H, W) of the camera images the model was built for."""
+        return tuple(self.config.image_size)
+
+    @property
+    def max_reasoning_tokens(self) -> int:
+        return self.config.max_reasoning_tokens
+
     # the parts a trainer can move: the action expert (the trajectory head), the VLM, or both
     PARTS: ClassVar[dict[str, tuple[str, ...]]] = {
         "expert": ("expert.",),
@@ -229,22 +239,6 @@ class VLA(nn.Module):
         "both": ("expert.", "backbone."),
         "none": (),
     }
-
-    def trainable_names(self, part: str) -> list[str]:
-        """Names of the parameters of ``part`` ("expert", "vlm", "both" or "none")."""
-        if part not in self.PARTS:
-            raise ValueError(f"unknown VLA part {part!r}; choose {sorted(self.PARTS)}")
-        return [n for n, _ in self.named_parameters() if n.startswith(self.PARTS[part])] if self.PARTS[part] else []
-
-    def set_trainable(self, part: str) -> list[nn.Parameter]:
-        """Let gradients reach ``part`` only (the rest is frozen); returns its parameters."""
-        names = set(self.trainable_names(part))
-        params = []
-        for name, p in self.named_parameters():
-            p.requires_grad_(name in names)
-            if name in names:
-                params.append(p)
-        return params
 
     # --- inputs --------------------------------------------------------------------------------------------
     def _prompt(self, obs: dict[str, Any], n_images: int, tokens_per_image: int) -> str:

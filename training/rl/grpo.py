@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.vla import VLA
+from agents.policy import load_policy
 from loopdrive.seeding import derive_seed
 from loopdrive.seeding import rng as seeded_rng
 from training.checkpoints import Checkpointer, load_trainer_state
@@ -258,13 +258,13 @@ def train_grpo(
     run_dir = Path(run_dir)
     rl = recipe.rl
     ckpt, start_path = starting_point(recipe, run_dir, resume)
-    policy = VLA.from_pretrained(start_path)
+    policy = load_policy(start_path)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     policy = policy.to(device).train()
     params = policy.set_trainable(rl.train)
     reference = None
     if rl.kl_coef > 0:
-        reference = VLA.from_pretrained(recipe.init_from).to(device).eval()
+        reference = load_policy(recipe.init_from).to(device).eval()
     optimizer = torch.optim.AdamW(params, lr=rl.lr, weight_decay=rl.weight_decay)
     iteration = 0
     if ckpt is not None:
@@ -284,7 +284,7 @@ def train_grpo(
         "threads": 1 if rl.env_runners else None,
     }
     scene_facts = rl.reasoning and rl.consistency_weight > 0
-    env = env_config(recipe, policy.config.image_size, scene_facts)
+    env = env_config(recipe, policy.camera_size, scene_facts)
     workers = RolloutWorkers(env, model_config, rl.env_runners, recipe.seed)
     demos = Demonstrations(recipe) if rl.bc_weight > 0 else None
     pool = scenario_pool(recipe)

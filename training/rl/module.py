@@ -28,7 +28,8 @@ from ray.rllib.core.rl_module.apis import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 
-from agents.vla.model import STATE_FEATURES, VLA, state_features
+from agents.policy import load_policy
+from agents.vla.model import STATE_FEATURES, state_features
 
 CHAIN, SMASK = "chain", "smask"
 REASONING_IDS, TEXT_LOGP, TRAJ_LOGP = "reasoning_ids", "text_logp", "traj_logp"
@@ -64,7 +65,7 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
             raise ValueError("VLAModule needs model_config['path']: a saved VLA folder")
         if mc.get("threads"):
             torch.set_num_threads(int(mc["threads"]))
-        self.vla = VLA.from_pretrained(mc["path"])
+        self.vla = load_policy(mc["path"])
         self.noise_level = as_noise_level(mc.get("noise_level", 0.5))
         self.stochastic = str(mc.get("stochastic", "one"))
         self.eval_noise = float(mc.get("eval_noise", 0.0))
@@ -103,7 +104,7 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         }
         if self.reasoning:
             ids, text_logp = sampled[4], sampled[5]
-            padded = torch.full((n, self.vla.config.max_reasoning_tokens), -1, dtype=torch.long)
+            padded = torch.full((n, self.vla.max_reasoning_tokens), -1, dtype=torch.long)
             padded[:, : ids.shape[1]] = ids  # a fixed width, so RLlib can stack the decisions of an episode
             out |= {
                 REASONING_IDS: padded,

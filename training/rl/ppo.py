@@ -170,14 +170,14 @@ def _learner_module(algo):
 def train_ppo(
     recipe: PPORecipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None, evaluate_fn=None
 ) -> dict[str, Any]:
-    from agents.vla.model import VLA
+    from agents.policy import load_policy
 
     run_dir = Path(run_dir)
     rl = recipe.rl
     if rl.policy != "vla":
         return _train_baseline(recipe, run_dir, resume, progress)
     ckpt, start = starting_point(recipe, run_dir, resume)
-    image_size = VLA.from_pretrained(start).config.image_size
+    image_size = load_policy(start).camera_size
     connect_ray(rl, recipe.eval.workers)
     algo = build_algorithm(recipe, start, image_size)
     module = _learner_module(algo)
