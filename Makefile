@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,bench,docs]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,bench,docs,carla]'
 	touch $(STAMP)
 
 venv: $(STAMP)

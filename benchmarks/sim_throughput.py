@@ -1,6 +1,7 @@
 """Simulator throughput on one core: LoopDrive (state only, and with the 4-camera rig) vs highway-env.
 
-Scenarios are the ``core`` bank scenarios with 20+ traffic vehicles. One LoopDrive step is 0.1 s of
+Scenarios are the ``core`` bank scenarios with 20+ traffic vehicles, and the ``towns`` test split (CARLA
+towns, background traffic around a route), all of it and Town10HD alone. One LoopDrive step is 0.1 s of
 simulated time (``decision_every=1``); a ``highway-fast-v0`` step is 1 s, so the comparison is in
 simulated seconds per wall-clock second. The agent holds a straight 10 m/s ego-frame plan (cheap,
 so the figure is the simulator's, not an agent's).
@@ -38,10 +39,10 @@ def dense_scenarios(min_vehicles: int = 20) -> list[str]:
     return [s.id for s in load_bank("core") if sum(a.kind == "vehicle" for a in s.actors) >= min_vehicles]
 
 
-def loopdrive_rate(scenario_ids: list[str], seconds: float, **env_kwargs) -> tuple[float, int]:
+def loopdrive_rate(scenario_ids: list[str], seconds: float, bank: str = "core", **env_kwargs) -> tuple[float, int]:
     import envs  # noqa: F401
 
-    env = gym.make("LoopDrive-v0", bank="core", decision_every=1, **env_kwargs)
+    env = gym.make("LoopDrive-v0", bank=bank, decision_every=1, **env_kwargs)
     env = env.unwrapped  # measure the env, not the passive checker / order-enforcing wrappers
     steps, busy, k = 0, 0.0, 0
     deadline = time.perf_counter() + seconds
@@ -91,6 +92,16 @@ def main() -> None:
     cams_rate, _ = loopdrive_rate(
         ids, seconds, observations=("cameras", "ego_history", "ego_state", "route", "command")
     )
+    cams = ("cameras", "ego_history", "ego_state", "route", "command")
+    from scenarios import load_bank
+
+    towns = load_bank("towns", split="test")
+    town_ids = [x.id for x in towns]
+    town10 = [x.id for x in towns if "Town10HD" in x.tags]
+    towns_state, _ = loopdrive_rate(town_ids, seconds, bank="towns", observations=("state",))
+    towns_cams, _ = loopdrive_rate(town_ids, seconds, bank="towns", observations=cams)
+    town10_state, _ = loopdrive_rate(town10, seconds, bank="towns", observations=("state",))
+    town10_cams, _ = loopdrive_rate(town10, seconds, bank="towns", observations=cams)
     hw_rate, hw_dt = highway_rate(seconds)
     out = {
         "benchmark": "sim_throughput",
@@ -108,6 +119,10 @@ def main() -> None:
             {"name": "loopdrive_state_steps_per_s", "value": round(state_rate, 1), "unit": "steps/s"},
             {"name": "loopdrive_state_sim_s_per_s", "value": round(state_rate * 0.1, 1), "unit": "sim s/s"},
             {"name": "loopdrive_cams_steps_per_s", "value": round(cams_rate, 1), "unit": "steps/s"},
+            {"name": "towns_state_steps_per_s", "value": round(towns_state, 1), "unit": "steps/s"},
+            {"name": "towns_cams_steps_per_s", "value": round(towns_cams, 1), "unit": "steps/s"},
+            {"name": "town10hd_state_steps_per_s", "value": round(town10_state, 1), "unit": "steps/s"},
+            {"name": "town10hd_cams_steps_per_s", "value": round(town10_cams, 1), "unit": "steps/s"},
             {"name": "highway_fast_steps_per_s", "value": round(hw_rate, 1), "unit": "steps/s"},
             {"name": "highway_fast_sim_s_per_s", "value": round(hw_rate * hw_dt, 1), "unit": "sim s/s"},
             {

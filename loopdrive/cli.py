@@ -51,6 +51,18 @@ def _bank_generate(args: argparse.Namespace) -> int:
     from scenarios.banks import BANKS_DIR
 
     out = Path(args.out) if args.out else BANKS_DIR / args.name
+    if args.maps:  # town scenarios on OpenDRIVE maps
+        from scenarios import load_bank
+        from scenarios.towns import generate_town_bank
+
+        if args.per_map is None:
+            raise ValueError("--maps needs --per-map N")
+        generate_town_bank(args.maps, args.per_map, args.seed, out, args.name, args.version)
+        b = load_bank(out)
+        print(f"wrote {len(b)} scenarios to {out} ({', '.join(f'{k} {v}' for k, v in b.manifest.splits.items())})")
+        return 0
+    if args.per_family is None:
+        raise ValueError("give --per-family N (procedural families) or --maps PATH... --per-map N (towns)")
     families = args.families.split(",") if args.families else None
     b = generate_bank(
         out,
@@ -75,6 +87,46 @@ def _bank_validate(args: argparse.Namespace) -> int:
         print(f"{len(problems)} problem(s) in {args.path}", file=sys.stderr)
         return 1
     print(f"{args.path}: valid")
+    return 0
+
+
+def _map_info(args: argparse.Namespace) -> int:
+    import json
+    import time
+    from dataclasses import asdict
+
+    from scenarios.opendrive.cache import load_map
+
+    t0 = time.perf_counter()
+    road_map, report, cached = load_map(args.path, args.frame, use_cache=not args.no_cache, memo=False)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    load_map(args.path, args.frame, use_cache=not args.no_cache, memo=False)
+    again = time.perf_counter() - t0
+    lanes = list(road_map.lanes.values())
+    info = asdict(report) | {
+        "file": str(args.path),
+        "frame": args.frame,
+        "lanes": len(lanes),
+        "driving_km": round(sum(lane.length for lane in lanes if lane.kind == "driving") / 1000, 3),
+        "signals": len(road_map.signals),
+        "stop_lines": len(road_map.stop_lines),
+        "bounds": [round(v, 1) for v in road_map.bounds_of_lanes()],
+        "height_range_m": [round(v, 2) for v in road_map.height_range()],
+        "load_s": {"first": round(first, 3), "first_was_cached": cached, "second": round(again, 3)},
+        "warnings": report.warnings[:50],
+        "n_warnings": len(report.warnings),
+    }
+    print(json.dumps(info, indent=1))
+    return 0
+
+
+def _map_check(args: argparse.Namespace) -> int:
+    import json
+
+    from scenarios.opendrive.oracle import compare_with_carla
+
+    print(json.dumps(compare_with_carla(args.path, args.every), indent=1))
     return 0
 
 
@@ -203,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(fn=_bank_show)
     gen = bsub.add_parser("generate", help="generate a bank reproducibly from a seed")
     gen.add_argument("--name", required=True)
-    gen.add_argument("--per-family", type=int, required=True)
+    gen.add_argument("--per-family", type=int, help="scenarios per procedural family")
+    gen.add_argument("--maps", nargs="+", help="OpenDRIVE files: town scenarios (routes + background traffic)")
+    gen.add_argument("--per-map", type=int, help="scenarios per map, with --maps")
     gen.add_argument("--seed", type=int, required=True)
     gen.add_argument("--version", default="1.0.0")
     gen.add_argument("--families", help="comma-separated subset (default: all)")
@@ -213,6 +267,18 @@ def build_parser() -> argparse.ArgumentParser:
     val = bsub.add_parser("validate", help="validate a bank folder or a scenario file; exit 1 on problems")
     val.add_argument("path")
     val.set_defaults(fn=_bank_validate)
+
+    maps = sub.add_parser("map", help="OpenDRIVE maps: a summary of the import, or a check against CARLA's client")
+    msub = maps.add_subparsers(dest="map_command", required=True)
+    info = msub.add_parser("info", help="JSON summary: roads, lanes by type, junctions, signals, warnings, load times")
+    info.add_argument("path", help="an OpenDRIVE file (.xodr or .xodr.gz)")
+    info.add_argument("--frame", choices=["carla", "opendrive"], default="carla", help="carla: y flipped (default)")
+    info.add_argument("--no-cache", action="store_true", help="import afresh, without reading or writing the cache")
+    info.set_defaults(fn=_map_info)
+    check = msub.add_parser("check", help="JSON: lane-centre, width and heading errors and topology against carla.Map")
+    check.add_argument("path", help="an OpenDRIVE file (.xodr or .xodr.gz)")
+    check.add_argument("--every", type=float, default=2.0, help="metres between samples along each lane")
+    check.set_defaults(fn=_map_check)
 
     srv = sub.add_parser("serve-rewards", help="HTTP reward service (enqueue / fetch, bearer token)")
     srv.add_argument("--host", default="127.0.0.1")

@@ -72,14 +72,19 @@ def resolve_bank_path(name_or_path: str | Path) -> Path:
 
 # --- maps ---------------------------------------------------------------------------------------------
 def load_map(scenario: Scenario, base_dir: Path | None = None) -> RoadMap:
-    """The scenario's road map: its procedural family's, or its JSON map file's (a relative path
-    against ``base_dir``; ``load_scenario`` has already made it absolute)."""
+    """The scenario's road map: its procedural family's, its JSON map file's, or its OpenDRIVE file's
+    (``.xodr`` / ``.xodr.gz``; a relative path against ``base_dir``; ``load_scenario`` has already made
+    it absolute)."""
     spec = scenario.map
     if spec.family is not None:
         return build_family_map(spec.family, spec.params)
     path = Path(spec.file)
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
+    if path.name.endswith((".xodr", ".xodr.gz")):  # an OpenDRIVE map (a CARLA town), in CARLA's frame
+        from scenarios.opendrive.cache import load_map as load_opendrive
+
+        return load_opendrive(path)[0]
     data = read_mapping(path, MAX_MAP_BYTES)
     try:
         return RoadMap.from_dict(data)
@@ -263,11 +268,11 @@ def generate_bank(
         splits={k: v for k, v in counts.items() if v},
         generator={"per_family": per_family, "split_fractions": list(split_fractions)},
     )
-    (out / "bank.toml").write_text(_manifest_toml(manifest))
+    (out / "bank.toml").write_text(manifest_toml(manifest))
     return load_bank(out)
 
 
-def _manifest_toml(m: BankManifest) -> str:
+def manifest_toml(m: BankManifest) -> str:
     q = json.dumps
     lines = [
         f"name = {q(m.name)}",
@@ -281,7 +286,6 @@ def _manifest_toml(m: BankManifest) -> str:
         *[f"{k} = {v}" for k, v in m.splits.items()],
         "",
         "[generator]",
-        f"per_family = {m.generator['per_family']}",
-        "split_fractions = [" + ", ".join(str(x) for x in m.generator["split_fractions"]) + "]",
+        *[f"{k} = {q(v)}" for k, v in m.generator.items()],
     ]
     return "\n".join(lines) + "\n"

@@ -148,7 +148,7 @@ def _ego(road_map: RoadMap, route: list[str], s: float, speed: float, goal: floa
     }
 
 
-def _random_path(road_map: RoadMap, start: str, length: float, rng: np.random.Generator) -> list[str]:
+def random_path(road_map: RoadMap, start: str, length: float, rng: np.random.Generator) -> list[str]:
     ids, total = [start], road_map.lanes[start].length
     while total < length:
         succ = road_map.lanes[ids[-1]].successors
@@ -159,7 +159,9 @@ def _random_path(road_map: RoadMap, start: str, length: float, rng: np.random.Ge
     return ids
 
 
-def _idm(aid: str, lane: str, s: float, speed: float, path: list[str], desired: float | None = None, **kw: Any) -> dict:
+def idm_actor(
+    aid: str, lane: str, s: float, speed: float, path: list[str], desired: float | None = None, **kw: Any
+) -> dict:
     beh = {"type": "idm", **kw}
     if desired is not None:
         beh["desired_speed"] = round(desired, 2)
@@ -191,13 +193,13 @@ def _traffic(
                 continue
             last = s
             speed = lane.speed_limit * rng.uniform(*speed_factor)
-            path = _random_path(road_map, lane_id, path_length, rng)
+            path = random_path(road_map, lane_id, path_length, rng)
             desired = lane.speed_limit * rng.uniform(*speed_factor)
-            actors.append(_idm(f"{prefix}{start_index + len(actors)}", lane_id, s, speed, path, desired))
+            actors.append(idm_actor(f"{prefix}{start_index + len(actors)}", lane_id, s, speed, path, desired))
     return actors
 
 
-def _two_phase_program(green_a: float, green_b: float, offset: float) -> tuple[dict, dict]:
+def two_phase_program(green_a: float, green_b: float, offset: float) -> tuple[dict, dict]:
     """Signal programs for two conflicting groups: A goes first, then B, with yellow and all-red."""
     y, allred = 3.0, 1.0
     a = [("green", green_a), ("yellow", y), ("red", allred + green_b + y + allred)]
@@ -379,7 +381,7 @@ def _pop_signalized(m: RoadMap, p: dict, rng) -> dict:
     incoming = f"S_b{lane_i}"
     route = _ego_route_through(m, incoming, MANEUVER_ARM[p["maneuver"]])
     s0 = m.lanes[incoming].length - float(rng.uniform(45, 80))
-    ns, ew = _two_phase_program(p["green_ns"], p["green_ew"], p["offset"])
+    ns, ew = two_phase_program(p["green_ns"], p["green_ew"], p["offset"])
     signals = {"sig_N": ns, "sig_S": ns, "sig_E": ew, "sig_W": ew}
     incoming_lanes = [x for x in m.lanes if x.split("_")[0] in "NEWS" and "_b" in x and ":" not in x]
     actors = _traffic(
@@ -447,7 +449,7 @@ def _pop_unprotected(m: RoadMap, p: dict, rng) -> dict:
         if s < 5:
             break
         actors.append(
-            _idm(f"onc{i}", onc_lane, s, p["oncoming_speed"], path, p["oncoming_speed"], reacts_to_signals=False)
+            idm_actor(f"onc{i}", onc_lane, s, p["oncoming_speed"], path, p["oncoming_speed"], reacts_to_signals=False)
         )
         s -= p["headway"] * p["oncoming_speed"] + float(rng.uniform(0, 4))
     return {
@@ -552,7 +554,7 @@ def _map_two_same(p: dict) -> RoadMap:
 def _pop_overtake(m: RoadMap, p: dict, rng) -> dict:
     s0 = 15.0
     route = ["r_f1"]
-    lead = _idm("lead", "r_f1", s0 + p["lead_gap"], p["lead_speed"], ["r_f1"], p["lead_speed"])
+    lead = idm_actor("lead", "r_f1", s0 + p["lead_gap"], p["lead_speed"], ["r_f1"], p["lead_speed"])
     actors = [lead] + _traffic(m, ["r_b0"], p["density"], rng, prefix="onc")
     return {
         "ego": _ego(m, route, s0, p["speed_limit"] * 0.7, goal=p["speed_limit"] * 30 * 0.55),
@@ -576,7 +578,7 @@ def _pop_overtake(m: RoadMap, p: dict, rng) -> dict:
 )
 def _pop_lead_brake(m: RoadMap, p: dict, rng) -> dict:
     s0, v = 20.0, p["speed_limit"] * 0.8
-    lead = _idm("lead", "r_f0", s0 + p["gap"], v, ["r_f0"], v)
+    lead = idm_actor("lead", "r_f0", s0 + p["gap"], v, ["r_f0"], v)
     lead["behaviour"] = {
         "type": "hard_brake",
         "desired_speed": round(v, 2),
@@ -602,7 +604,7 @@ def _pop_lead_brake(m: RoadMap, p: dict, rng) -> dict:
 def _pop_cut_in(m: RoadMap, p: dict, rng) -> dict:
     s0, v = 20.0, p["speed_limit"] * 0.75
     v_cut = max(v + p["rel_speed"], 2.0)  # slower than the ego, which closes in from behind
-    cutter = _idm("cutter", "r_f0", s0 + float(rng.uniform(30, 45)), v_cut, ["r_f0"], v_cut)
+    cutter = idm_actor("cutter", "r_f0", s0 + float(rng.uniform(30, 45)), v_cut, ["r_f0"], v_cut)
     cutter["behaviour"] = {
         "type": "lane_change",
         "desired_speed": round(v_cut, 2),
@@ -714,7 +716,7 @@ def _pop_nudge(m: RoadMap, p: dict, rng) -> dict:
     for i in range(p["oncoming"]):
         if s < 5:
             break
-        actors.append(_idm(f"onc{i}", "r_b0", s, onc.speed_limit * 0.8, ["r_b0"], onc.speed_limit * 0.8))
+        actors.append(idm_actor(f"onc{i}", "r_b0", s, onc.speed_limit * 0.8, ["r_b0"], onc.speed_limit * 0.8))
         s -= p["oncoming_gap"]
     v = p["speed_limit"] * 0.8
     return {"ego": _ego(m, ["r_f0"], 20.0, v, goal=p["parked_s"] + 50.0), "actors": actors, "duration_s": 40.0}

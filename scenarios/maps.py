@@ -21,6 +21,25 @@ from scenarios import geometry as geo
 
 Marking = Literal["solid", "dashed", "double_solid", "none"]
 
+# OpenDRIVE lane types a vehicle may drive on (the drivable area); the others (sidewalk, biking,
+# median, border, restricted, curb, ...) are lanes of the map but not of the drivable area
+DRIVABLE_KINDS = frozenset(
+    {
+        "driving",
+        "entry",
+        "exit",
+        "onRamp",
+        "offRamp",
+        "connectingRamp",
+        "bidirectional",
+        "parking",
+        "stop",
+        "shoulder",
+        "slipLane",
+        "walking_and_driving",
+    }
+)
+
 
 @dataclass
 class Lane:
@@ -36,6 +55,9 @@ class Lane:
     junction: str | None = None
     left_marking: Marking = "solid"
     right_marking: Marking = "solid"
+    kind: str = "driving"  # the OpenDRIVE lane type (see DRIVABLE_KINDS)
+    widths: np.ndarray | None = None  # [N] width at each centreline point, where it varies; ``width`` = its max
+    z: np.ndarray | None = None  # [N] height of each centreline point (None: flat, z = 0)
 
     def __post_init__(self) -> None:
         self.centerline = np.asarray(self.centerline, dtype=float)
@@ -43,6 +65,17 @@ class Lane:
             raise ValueError(f"lane {self.id!r}: centerline must be [N>=2, 2], got {self.centerline.shape}")
         if not np.isfinite(self.centerline).all():
             raise ValueError(f"lane {self.id!r}: centerline has non-finite coordinates")
+        for name in ("widths", "z"):
+            values = getattr(self, name)
+            if values is not None:
+                values = np.asarray(values, dtype=float)
+                if values.shape != (len(self.centerline),) or not np.isfinite(values).all():
+                    raise ValueError(f"lane {self.id!r}: {name} must be {len(self.centerline)} finite values")
+                setattr(self, name, values)
+        if self.widths is not None:
+            if self.widths.min() < 0 or self.widths.max() > 20.0:
+                raise ValueError(f"lane {self.id!r}: widths must be in [0, 20] m")
+            self.width = float(self.widths.max())
         if not (np.isfinite(self.width) and 0.1 <= self.width <= 20.0):
             raise ValueError(f"lane {self.id!r}: width {self.width} is not in [0.1, 20] m")
         if not (np.isfinite(self.speed_limit) and 0 < self.speed_limit <= 100.0):
@@ -60,14 +93,22 @@ class Lane:
     def heading(self) -> np.ndarray:
         return geo.headings(self.centerline)
 
+    @property
+    def half_widths(self) -> np.ndarray | float:
+        """Half the width at each centreline point (a number where the width is constant)."""
+        return self.width / 2 if self.widths is None else (self.widths / 2)[:, None]
+
+    @property
+    def drivable(self) -> bool:
+        return self.kind in DRIVABLE_KINDS
+
     @cached_property
     def polygon(self) -> Polygon:
-        left = geo.offset(self.centerline, self.width / 2)
-        right = geo.offset(self.centerline, -self.width / 2)
+        left, right = self.edge("left"), self.edge("right")
         return shapely.make_valid(Polygon(np.concatenate([left, right[::-1]])))
 
     def edge(self, side: Literal["left", "right"]) -> np.ndarray:
-        return geo.offset(self.centerline, (self.width if side == "left" else -self.width) / 2)
+        return geo.offset(self.centerline, self.half_widths if side == "left" else -self.half_widths)
 
     def pose_at(self, s: float) -> tuple[np.ndarray, float]:
         xy, h = geo.interpolate(self.centerline, self.s, s)
@@ -87,6 +128,14 @@ class Lane:
             "junction": self.junction,
             "left_marking": self.left_marking,
             "right_marking": self.right_marking,
+        } | {  # written only where used, so procedural maps' files stay as they were
+            k: v
+            for k, v in (
+                ("kind", None if self.kind == "driving" else self.kind),
+                ("widths", None if self.widths is None else np.round(self.widths, 4).tolist()),
+                ("z", None if self.z is None else np.round(self.z, 4).tolist()),
+            )
+            if v is not None
         }
 
 
@@ -157,13 +206,26 @@ class RoadMap:
 
     @cached_property
     def drivable_area(self):
-        parts = [lane.polygon for lane in self.lanes.values()]
+        parts = [lane.polygon for lane in self.lanes.values() if lane.drivable]
         parts += [Polygon(p) for p in self.extra_drivable]
         return shapely.union_all(parts).buffer(0.05)
 
     @cached_property
     def bounds(self) -> tuple[float, float, float, float]:
         return tuple(self.drivable_area.bounds)
+
+    def bounds_of_lanes(self) -> tuple[float, float, float, float]:
+        """(min x, min y, max x, max y) of every lane centreline (cheap: no polygon union)."""
+        points = np.concatenate([lane.centerline for lane in self.lanes.values()])
+        return (*points.min(0).tolist(), *points.max(0).tolist())
+
+    def height_range(self) -> tuple[float, float]:
+        """Lowest and highest lane-centre height (0, 0 on a flat map)."""
+        heights = [lane.z for lane in self.lanes.values() if lane.z is not None]
+        if not heights:
+            return 0.0, 0.0
+        z = np.concatenate(heights)
+        return float(z.min()), float(z.max())
 
     def lane_sequence_polyline(self, lane_ids: list[str]) -> np.ndarray:
         """Concatenated centreline of consecutive lanes (a route or an actor's path)."""

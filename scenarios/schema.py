@@ -35,7 +35,7 @@ class _Strict(BaseModel):
 class MapSpec(_Strict):
     family: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
-    file: str | None = None  # JSON road map, relative to the scenario file
+    file: str | None = None  # JSON road map or OpenDRIVE file (.xodr, .xodr.gz), relative to the scenario file
 
     @model_validator(mode="after")
     def _one_source(self) -> MapSpec:

@@ -1,0 +1,244 @@
+"""CARLA Leaderboard route files (1.0 and 2.0, and Bench2Drive's, read from the user's copy).
+
+A file holds ``<route id town>`` elements with keypoints (2.0: ``<position x y z>``, sparse; 1.0:
+``<waypoint x y z yaw>``, dense), weathers, and (2.0) ``<scenario name type>`` elements with a
+``<trigger_point>`` and typed parameters (``<distance value="100"/>``, ``<frequency from to/>``).
+Keypoints are in CARLA's frame, the frame :func:`scenarios.opendrive.import_opendrive` uses by default.
+
+:func:`plan_route` densifies the keypoints on a town's lane graph as the Leaderboard does (each keypoint
+onto its driving lane, then the shortest lane path between consecutive ones), and attaches a scenario
+to the route when its trigger point lies within 2 m and 10 degrees of it. Bench2Drive's files are
+CC BY-NC-ND: read them from where the user keeps them; never copy or convert them.
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scenarios import geometry as geo
+from scenarios.maps import RoadMap
+from scenarios.towns import route_between
+
+ATTACH_DISTANCE, ATTACH_ANGLE = 2.0, math.radians(10.0)
+MAX_BYTES = 64 * 2**20
+
+
+class RouteFileError(ValueError):
+    """A route file that cannot be read: names the file, the route id, the element and the reason."""
+
+
+@dataclass(frozen=True)
+class Keypoint:
+    x: float
+    y: float
+    z: float = 0.0
+    yaw: float | None = None  # radians (1.0 files give it in degrees)
+
+
+@dataclass(frozen=True)
+class RouteScenario:
+    name: str
+    type: str
+    trigger: Keypoint
+    params: dict[str, Any] = field(default_factory=dict)  # value -> float or str; from / to -> (lo, hi)
+
+
+@dataclass(frozen=True)
+class Route:
+    id: str
+    town: str
+    keypoints: tuple[Keypoint, ...]
+    scenarios: tuple[RouteScenario, ...] = ()
+    weathers: tuple[dict[str, float], ...] = ()
+
+
+def parse_route_ids(text: str) -> list[str]:
+    """``"0,3-5"`` -> ``["0", "3", "4", "5"]``; a malformed part is a ``ValueError`` naming it."""
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        lo, sep, hi = part.partition("-")
+        if sep and lo.isdigit() and hi.isdigit() and int(lo) <= int(hi):
+            out += [str(i) for i in range(int(lo), int(hi) + 1)]
+        elif not sep and part:
+            out.append(part)
+        else:
+            raise ValueError(f"route ids: {part!r} is neither an id nor a range like 3-5")
+    return out
+
+
+def _float(el: ET.Element, attr: str, where: str) -> float:
+    raw = el.get(attr)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise RouteFileError(f"{where}: <{el.tag}> {attr}={raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise RouteFileError(f"{where}: <{el.tag}> {attr}={raw!r} is not finite")
+    return value
+
+
+def _keypoint(el: ET.Element, where: str) -> Keypoint:
+    yaw = el.get("yaw")
+    return Keypoint(
+        _float(el, "x", where),
+        _float(el, "y", where),
+        _float(el, "z", where) if el.get("z") is not None else 0.0,
+        math.radians(_float(el, "yaw", where)) if yaw is not None else None,
+    )
+
+
+def _param(el: ET.Element, where: str) -> Any:
+    if "from" in el.attrib or "to" in el.attrib:
+        return (_float(el, "from", where), _float(el, "to", where))
+    raw = el.get("value")
+    if raw is None:
+        return dict(el.attrib)
+    try:
+        return float(raw)
+    except ValueError:
+        return raw
+
+
+def read_routes(path: str | Path, route_ids: list[str] | None = None) -> list[Route]:
+    """The routes of a route file (all, or those of ``route_ids``, in the file's order)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise RouteFileError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if len(data) > MAX_BYTES or b"<!DOCTYPE" in data[:4096] or b"<!ENTITY" in data[:65536]:
+        raise RouteFileError(f"{path}: over {MAX_BYTES // 2**20} MB, or a DTD / entity declaration")
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as e:
+        raise RouteFileError(f"{path}: not well-formed XML ({e})") from None
+    wanted = set(route_ids) if route_ids is not None else None
+    routes = []
+    for el in root.iter("route"):
+        rid = el.get("id")
+        where = f"{path}: route {rid}"
+        if rid is None or el.get("town") is None:
+            raise RouteFileError(f"{path}: a <route> needs id and town")
+        if wanted is not None and rid not in wanted:
+            continue
+        points = tuple(_keypoint(p, where) for p in el.iter() if p.tag in ("position", "waypoint"))
+        if len(points) < 2:
+            raise RouteFileError(f"{where}: fewer than 2 keypoints")
+        scenarios = []
+        for sc in el.iter("scenario"):
+            trigger = sc.find("trigger_point")
+            name = sc.get("name", sc.get("type", "?"))
+            if trigger is None or sc.get("type") is None:
+                raise RouteFileError(f"{where}: scenario {name}: needs a type and a <trigger_point>")
+            params = {c.tag: _param(c, f"{where}: scenario {name}") for c in sc if c.tag != "trigger_point"}
+            trigger_point = _keypoint(trigger, f"{where}: scenario {name}")
+            scenarios.append(RouteScenario(name, sc.get("type"), trigger_point, params))
+        weathers = tuple({k: _float(w, k, where) for k in w.attrib} for w in el.iter("weather") if w.attrib)
+        routes.append(Route(rid, el.get("town"), points, tuple(scenarios), weathers))
+    if wanted is not None:
+        missing = sorted(wanted - {r.id for r in routes})
+        if missing:
+            raise RouteFileError(f"{path}: no route with id {missing}")
+    return routes
+
+
+@dataclass
+class RoutePlan:
+    """A route on a town's lanes: the lane sequence, where each keypoint lies, the scenarios on it."""
+
+    lanes: list[str]
+    length: float
+    keypoint_offsets: list[float]  # distance from each keypoint to its lane's centre (m)
+    scenarios: list[tuple[RouteScenario, float]]  # (scenario, arc length of its trigger along the route)
+    unplaced: list[str] = field(default_factory=list)  # scenarios whose trigger is not on the route
+
+
+def _nearest_lane(road_map: RoadMap, kp: Keypoint, heading: float | None) -> tuple[str, float, float]:
+    """(lane, its arc length at the projection, distance) of the driving lane under ``kp``, preferring the lane
+    whose direction matches ``heading`` among those within 3 m of the nearest."""
+    best: list[tuple[float, str, float, float]] = []
+    xy = np.array([kp.x, kp.y])
+    for lane in road_map.lanes.values():
+        if lane.kind != "driving":
+            continue
+        lo, hi = lane.centerline.min(0) - 5.0, lane.centerline.max(0) + 5.0
+        if (xy < lo).any() or (xy > hi).any():
+            continue
+        s, lat, _ = geo.project(lane.centerline, lane.s, xy)
+        d = abs(lat) if 0.0 <= s <= lane.length else math.hypot(*(lane.pose_at(s)[0] - xy))
+        h = float(np.interp(s, lane.s, np.unwrap(lane.heading)))
+        best.append((d, lane.id, s, h))
+    if not best:
+        raise ValueError(f"keypoint ({kp.x:.1f}, {kp.y:.1f}) is off every driving lane")
+    best.sort()
+    if heading is not None:
+        near = [b for b in best if b[0] <= best[0][0] + 3.0]
+        near.sort(key=lambda b: (math.cos(b[3] - heading) < 0.5, b[0]))
+        best = near
+    d, lane_id, s, _ = best[0]
+    return lane_id, s, d
+
+
+def _beside(road_map: RoadMap, a: str, b: str) -> bool:
+    """Whether ``b`` is reachable from ``a`` by lane changes into same-direction neighbours."""
+    seen, todo = {a}, [a]
+    while todo:
+        lane = road_map.lanes[todo.pop()]
+        for n in (lane.left, lane.right):
+            if n is not None and n not in seen:
+                if n == b:
+                    return True
+                seen.add(n)
+                todo.append(n)
+    return False
+
+
+def plan_route(route: Route, road_map: RoadMap, max_offset: float = 5.0) -> RoutePlan:
+    """Densify ``route`` on ``road_map``: a ``ValueError`` names the keypoint that is off every lane or the pair
+    no lane path connects."""
+    lanes: list[str] = []
+    offsets: list[float] = []
+    points = route.keypoints
+    for i, kp in enumerate(points):
+        nxt = points[min(i + 1, len(points) - 1)]
+        prev = points[max(i - 1, 0)]
+        heading = kp.yaw
+        if heading is None:
+            a, b = (kp, nxt) if i + 1 < len(points) else (prev, kp)
+            heading = math.atan2(b.y - a.y, b.x - a.x)
+        lane_id, _, d = _nearest_lane(road_map, kp, heading)
+        if d > max_offset:
+            where = f"route {route.id}: keypoint {i} ({kp.x:.1f}, {kp.y:.1f})"
+            raise ValueError(f"{where} is {d:.1f} m from any driving lane")
+        offsets.append(d)
+        if not lanes:
+            lanes.append(lane_id)
+        elif lane_id != lanes[-1]:
+            path = route_between(road_map, lanes[-1], lane_id)
+            if path is None:
+                pair = f"keypoint {i - 1} ({lanes[-1]}) to {i} ({lane_id})"
+                beside = _beside(road_map, lanes[-1], lane_id)
+                why = "it needs a lane change, which routes cannot hold yet" if beside else "no lane path connects them"
+                raise ValueError(f"route {route.id}: from {pair}: {why}")
+            lanes += path[1:]
+    polyline = road_map.lane_sequence_polyline(lanes)
+    s_line = geo.arc_lengths(polyline)
+    attached, unplaced = [], []
+    for sc in route.scenarios:
+        xy = np.array([sc.trigger.x, sc.trigger.y])
+        s, lat, _ = geo.project(polyline, s_line, xy)
+        heading = geo.interpolate(polyline, s_line, s)[1]
+        ok = abs(lat) <= ATTACH_DISTANCE and (
+            sc.trigger.yaw is None or math.cos(float(heading) - sc.trigger.yaw) >= math.cos(ATTACH_ANGLE)
+        )
+        if ok:
+            attached.append((sc, float(s)))
+        else:
+            unplaced.append(sc.name)
+    return RoutePlan(lanes, float(s_line[-1]), offsets, attached, unplaced)

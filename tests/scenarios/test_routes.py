@@ -1,0 +1,109 @@
+"""Leaderboard route files: reading (1.0 and 2.0), route ids, densifying on a town's lanes, bad input."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from shapely.geometry import LineString, Point
+
+from scenarios import geometry as geo
+from scenarios.opendrive.cache import load_map
+from scenarios.routes import RouteFileError, parse_route_ids, plan_route, read_routes
+
+ROUTES = Path(__file__).parents[1] / "data" / "routes"
+TOWNS = Path(__file__).parents[2] / "scenarios" / "towns"
+
+
+def test_route_ids_and_ranges():
+    assert parse_route_ids("0,3-5, 9") == ["0", "3", "4", "5", "9"]
+    with pytest.raises(ValueError, match="'5-3'"):
+        parse_route_ids("5-3")
+
+
+def test_leaderboard_2_routes_with_their_typed_scenarios():
+    routes = read_routes(ROUTES / "lb2_routes_devtest.xml")
+    assert [(r.id, r.town) for r in routes] == [("0", "Town12"), ("1", "Town12")]
+    r = routes[0]
+    assert len(r.keypoints) == 35 and r.keypoints[0].x == 983.5 and len(r.weathers) == 2
+    by_name = {s.name: s for s in r.scenarios}
+    assert by_name["ParkingExit_1"].params == {
+        "direction": "right",
+        "front_vehicle_distance": 9.0,
+        "behind_vehicle_distance": 9.0,
+    }
+    assert by_name["SignalizedJunctionLeftTurn_1"].params["source_dist_interval"] == (30.0, 65.0)
+    assert by_name["Accident_1"].trigger.yaw == pytest.approx(math.radians(144))
+    assert [r.id for r in read_routes(ROUTES / "lb2_routes_devtest.xml", ["1"])] == ["1"]
+    with pytest.raises(RouteFileError, match=r"no route with id \['7'\]"):
+        read_routes(ROUTES / "lb2_routes_devtest.xml", ["7"])
+
+
+def test_leaderboard_1_routes_densify_on_town01_through_every_keypoint():
+    road_map = load_map(TOWNS / "Town01.xodr.gz")[0]
+    routes = [r for r in read_routes(ROUTES / "lb1_routes_training_town01_04_06.xml") if r.town == "Town01"]
+    assert len(routes) == 10
+    for r in routes:
+        plan = plan_route(r, road_map)
+        assert all(b in road_map.lanes[a].successors for a, b in zip(plan.lanes, plan.lanes[1:]))
+        line = LineString(road_map.lane_sequence_polyline(plan.lanes))
+        assert max(line.distance(Point(k.x, k.y)) for k in r.keypoints) < 1.0  # every keypoint on the route
+        straight = sum(math.dist((a.x, a.y), (b.x, b.y)) for a, b in zip(r.keypoints, r.keypoints[1:]))
+        assert straight <= plan.length + 1.0
+
+
+def test_a_route_that_needs_a_lane_change_is_refused_by_name():
+    road_map = load_map(TOWNS / "Town04.xodr.gz")[0]
+    route = read_routes(ROUTES / "lb1_routes_training_town01_04_06.xml", ["32"])[0]
+    with pytest.raises(ValueError, match=r"route 32: from keypoint 39 .* needs a lane change"):
+        plan_route(route, road_map)
+
+
+def test_scenarios_attach_within_2_m_and_10_degrees(tmp_path):
+    road_map = load_map(TOWNS / "Town01.xodr.gz")[0]
+    r = read_routes(ROUTES / "lb1_routes_training_town01_04_06.xml", ["0"])[0]
+    k = r.keypoints[3]
+    line = road_map.lane_sequence_polyline(plan_route(r, road_map).lanes)
+    s_line = geo.arc_lengths(line)
+    at, _, _ = geo.project(line, s_line, np.array([k.x, k.y]))
+    h = math.degrees(float(geo.interpolate(line, s_line, at)[1]))  # the route's heading at the keypoint
+    points = "".join(f'<waypoint x="{p.x}" y="{p.y}" z="0" yaw="{math.degrees(p.yaw)}"/>' for p in r.keypoints)
+
+    def scenario(name: str, dx: float, yaw: float) -> str:
+        n = np.array([-math.sin(math.radians(h)), math.cos(math.radians(h))]) * dx
+        x, y = k.x + n[0], k.y + n[1]
+        return f'<scenario name="{name}" type="Accident"><trigger_point x="{x}" y="{y}" z="0" yaw="{yaw}"/></scenario>'
+
+    body = scenario("on", 0.5, h) + scenario("far", 4.0, h) + scenario("turned", 0.0, h + 30)
+    (tmp_path / "r.xml").write_text(
+        f'<routes><route id="0" town="Town01">{points}<scenarios>{body}</scenarios></route></routes>'
+    )
+    plan = plan_route(read_routes(tmp_path / "r.xml")[0], road_map)
+    assert [s.name for s, _ in plan.scenarios] == ["on"] and sorted(plan.unplaced) == ["far", "turned"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("<routes><route id='1' town='Town01'><waypoint x='1' y='2'/>", "not well-formed"),
+        ("<routes><route town='Town01'/></routes>", "needs id and town"),
+        (
+            "<routes><route id='4' town='T'><position x='a' y='0'/><position x='1' y='1'/></route></routes>",
+            "route 4: <position> x='a' is not a number",
+        ),
+        ("<routes><route id='4' town='T'><position x='1' y='0'/></route></routes>", "route 4: fewer than 2 keypoints"),
+        (
+            "<routes><route id='4' town='T'><position x='1' y='0'/><position x='2' y='0'/><scenarios><scenario "
+            "name='A_1' type='Accident'/></scenarios></route></routes>",
+            "scenario A_1: needs a type and a <trigger_point>",
+        ),
+        ('<!DOCTYPE r [<!ENTITY a "b">]><routes/>', "DTD"),
+    ],
+)
+def test_a_bad_route_file_names_the_file_the_route_and_the_element(tmp_path, text, message):
+    (tmp_path / "bad.xml").write_text(text)
+    with pytest.raises(RouteFileError) as e:
+        read_routes(tmp_path / "bad.xml")
+    assert str(e.value).startswith(str(tmp_path / "bad.xml")) and message in str(e.value), str(e.value)
