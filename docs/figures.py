@@ -3,6 +3,8 @@
 - ``images/cameras_and_bev.png``: one frame of the four Alpamayo cameras and the privileged BEV, the
   expert approaching a signalised intersection of the smoke bank (what a video frame shows), and
   ``images/cameras_traffic.png`` the same in stop-and-go traffic;
+- ``images/town10hd.png``: Town10HD as imported (lanes by type, lights, stop lines) with a ``towns`` route,
+  and ``images/town10hd_cameras.png`` a camera + BEV frame of the expert on that route;
 - ``images/report.png``: the top of an evaluation report (``loopdrive eval`` on four smoke scenarios),
   as headless Chromium renders it (skipped when no Chromium is installed).
 """
@@ -40,6 +42,61 @@ def cameras_and_bev(scenario: str, decisions: int, name: str) -> Path:
     return path
 
 
+def town_map(town: str, scenario: str, name: str) -> Path:
+    """An imported CARLA town: lanes by type, traffic lights, stop lines, and a ``towns`` route on it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from scenarios import load_bank
+    from scenarios.opendrive.cache import load_map
+
+    road_map = load_map(Path(__file__).parents[1] / "scenarios" / "towns" / f"{town}.xodr.gz")[0]
+    colours = {"driving": "#555555", "shoulder": "#b0a080", "sidewalk": "#9ec5e8", "parking": "#c9a0dc"}
+    fig, ax = plt.subplots(figsize=(8, 8), dpi=110)
+    for lane in road_map.lanes.values():
+        ax.fill(*lane.polygon.exterior.xy, color=colours.get(lane.kind, "#dddddd"), lw=0)
+    for sl in road_map.stop_lines:
+        ax.plot(*road_map.stop_line_geometry(sl).xy, color="#d62728" if sl.signal else "#ff7f0e", lw=1.5)
+    xy = [s.position for s in road_map.signals.values()]
+    ax.scatter([p[0] for p in xy], [p[1] for p in xy], s=14, color="#d62728", zorder=3, label="traffic lights")
+    route = load_bank("towns").get(scenario).ego.route
+    line = road_map.lane_sequence_polyline(route)
+    ax.plot(line[:, 0], line[:, 1], color="#2ca02c", lw=3, label=f"route of {scenario}")
+    for kind, colour in colours.items():
+        ax.fill([], [], color=colour, label=f"{kind} lanes")
+    ax.set_aspect("equal")
+    ax.set_title(f"{town} imported from OpenDRIVE (CARLA's frame)")
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    path = IMAGES / name
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def town_cameras(scenario: str, decisions: int, name: str) -> Path:
+    """The four cameras and the BEV as the expert drives a ``towns`` route."""
+    import cv2
+
+    from agents import load_agent
+    from envs import LoopDriveEnv
+
+    env = LoopDriveEnv(bank="towns", scenario=scenario, render_mode="rgb_array")
+    obs, _ = env.reset(seed=0)
+    expert = load_agent("expert")
+    expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    for _ in range(decisions):
+        out = expert.act(obs)
+        obs, *_ = env.step(out.trajectory)
+    path = IMAGES / name
+    cv2.imwrite(str(path), cv2.cvtColor(env.video_frame(out.reasoning), cv2.COLOR_RGB2BGR))
+    return path
+
+
 def report(chromium: str) -> Path:
     from evaluation import EvalConfig, evaluate
 
@@ -59,6 +116,8 @@ if __name__ == "__main__":
     IMAGES.mkdir(exist_ok=True)
     print(cameras_and_bev("signalized_intersection-000", 5, "cameras_and_bev.png"))
     print(cameras_and_bev("traffic_jam-000", 8, "cameras_traffic.png"))
+    print(town_map("Town10HD", "Town10HD-000", "town10hd.png"))
+    print(town_cameras("Town10HD-000", 12, "town10hd_cameras.png"))
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser:
         print(report(browser))

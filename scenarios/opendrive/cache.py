@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from scenarios.maps import Crosswalk, Lane, RoadMap, Signal, StopLine
-from scenarios.opendrive.convert import Frame, ImportReport, import_opendrive
+from scenarios.opendrive.convert import Frame, ImportReport, import_opendrive, sidewalk_polygons
 from scenarios.opendrive.reader import read_text
 
-IMPORTER_VERSION = 1
+IMPORTER_VERSION = 2
 LANE_FIELDS = (
     "speed_limit",
     "successors",
@@ -89,6 +89,7 @@ def _load(base: Path) -> tuple[RoadMap, ImportReport] | None:
         signals={s["id"]: Signal(**(s | {"position": tuple(s["position"])})) for s in meta["signals"]},
         stop_lines=[StopLine(**s) for s in meta["stop_lines"]],
         crosswalks=[Crosswalk(**c) for c in meta["crosswalks"]],
+        sidewalks=sidewalk_polygons(lanes),
     )
     return road_map, ImportReport(**meta["report"])
 

@@ -98,7 +98,13 @@ class _Builder:
         self._link()
         signals, stop_lines = self._signals()
         crosswalks = self._crosswalks()
-        return RoadMap(lanes=self.lanes, signals=signals, stop_lines=stop_lines, crosswalks=crosswalks)
+        return RoadMap(
+            lanes=self.lanes,
+            signals=signals,
+            stop_lines=stop_lines,
+            crosswalks=crosswalks,
+            sidewalks=sidewalk_polygons(self.lanes),
+        )
 
     def _lane(self, road: Road, k: int, section: LaneSection, lane: LaneRecord) -> None:
         if section.end - section.s < 1e-3:
@@ -290,6 +296,15 @@ class _Builder:
                 out.append(Crosswalk(f"{road.id}_{obj.id}", self.xy(np.asarray(x), np.asarray(y))))
                 self.report.crosswalks += 1
         return out
+
+
+def sidewalk_polygons(lanes: dict[str, Lane]) -> list[np.ndarray]:
+    """The outlines of the sidewalk lanes (drawn as raised kerbs, as the procedural maps' sidewalks are)."""
+    out = []
+    for lane in lanes.values():
+        if lane.kind == "sidewalk" and lane.polygon.geom_type == "Polygon" and not lane.polygon.is_empty:
+            out.append(np.asarray(lane.polygon.exterior.coords))
+    return out
 
 
 def import_opendrive(path: str, frame: Frame = "carla", text: str | None = None) -> tuple[RoadMap, ImportReport]:
