@@ -94,6 +94,21 @@ def _load(base: Path) -> tuple[RoadMap, ImportReport] | None:
     return road_map, ImportReport(**meta["report"])
 
 
+def find_town(town: str, folders: list[str | Path]) -> Path:
+    """``town``'s OpenDRIVE file in ``folders`` (a CARLA install's ``.../Maps/OpenDrive/``, or any folder;
+    searched recursively): ``Town12.xodr`` or ``Town12.xodr.gz``. A town in none is a ``FileNotFoundError``
+    naming where it looked."""
+    for folder in folders:
+        folder = Path(folder)
+        for name in (f"{town}.xodr", f"{town}.xodr.gz"):
+            if (folder / name).is_file():
+                return folder / name
+            found = sorted(folder.rglob(name)) if folder.is_dir() else []
+            if found:
+                return found[0]
+    raise FileNotFoundError(f"no {town}.xodr(.gz) in {[str(f) for f in folders]}")
+
+
 _LOADED: dict[tuple, tuple[RoadMap, ImportReport]] = {}  # this process's maps, shared as procedural maps are
 
 

@@ -3,6 +3,7 @@ import cache and the ``loopdrive map`` commands."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -138,3 +139,15 @@ def test_map_check_prints_the_oracle_comparison(capsys):
     assert main(["map", "check", str(TOWNS / "Town02.xodr.gz"), "--every", "5"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["position_error_m"]["max"] < 0.1 and report["topology"]["n_only_ours"] == 0
+
+
+def test_a_town_is_found_in_a_carla_install_folder(tmp_path):
+    from scenarios.opendrive.cache import find_town
+
+    maps = tmp_path / "CarlaUE4" / "Content" / "Carla" / "Maps" / "OpenDrive"
+    maps.mkdir(parents=True)
+    (maps / "Town02.xodr").write_bytes(gzip.decompress((TOWNS / "Town02.xodr.gz").read_bytes()))
+    assert find_town("Town02", [tmp_path]) == maps / "Town02.xodr"
+    assert find_town("Town01", [tmp_path, TOWNS]) == TOWNS / "Town01.xodr.gz"
+    with pytest.raises(FileNotFoundError, match=r"no Town13\.xodr"):
+        find_town("Town13", [tmp_path, TOWNS])
