@@ -23,13 +23,13 @@ if __package__ in (None, ""):
 IMAGES = Path(__file__).parent / "images"
 
 
-def cameras_and_bev(scenario: str, decisions: int, name: str) -> Path:
+def cameras_and_bev(scenario: str, decisions: int, name: str, bank: str = "smoke") -> Path:
     import cv2
 
     from agents import load_agent
     from envs import LoopDriveEnv
 
-    env = LoopDriveEnv(bank="smoke", scenario=scenario, render_mode="rgb_array")
+    env = LoopDriveEnv(bank=bank, scenario=scenario, render_mode="rgb_array")
     obs, _ = env.reset(seed=0)
     expert = load_agent("expert")
     expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
@@ -78,25 +78,6 @@ def town_map(town: str, scenario: str, name: str) -> Path:
     return path
 
 
-def town_cameras(scenario: str, decisions: int, name: str) -> Path:
-    """The four cameras and the BEV as the expert drives a ``towns`` route."""
-    import cv2
-
-    from agents import load_agent
-    from envs import LoopDriveEnv
-
-    env = LoopDriveEnv(bank="towns", scenario=scenario, render_mode="rgb_array")
-    obs, _ = env.reset(seed=0)
-    expert = load_agent("expert")
-    expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
-    for _ in range(decisions):
-        out = expert.act(obs)
-        obs, *_ = env.step(out.trajectory)
-    path = IMAGES / name
-    cv2.imwrite(str(path), cv2.cvtColor(env.video_frame(out.reasoning), cv2.COLOR_RGB2BGR))
-    return path
-
-
 def report(chromium: str) -> Path:
     from evaluation import EvalConfig, evaluate
 
@@ -117,7 +98,7 @@ if __name__ == "__main__":
     print(cameras_and_bev("signalized_intersection-000", 5, "cameras_and_bev.png"))
     print(cameras_and_bev("traffic_jam-000", 8, "cameras_traffic.png"))
     print(town_map("Town10HD", "Town10HD-000", "town10hd.png"))
-    print(town_cameras("Town10HD-000", 12, "town10hd_cameras.png"))
+    print(cameras_and_bev("Town10HD-000", 12, "town10hd_cameras.png", bank="towns"))
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser:
         print(report(browser))
