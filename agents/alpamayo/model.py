@@ -22,7 +22,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 from torch.nn import functional as F
@@ -105,9 +104,6 @@ class Prefix:
     cache: list[tuple[torch.Tensor, torch.Tensor]]
     mask: torch.Tensor
     start: torch.Tensor
-
-    def rows(self, idx: torch.Tensor) -> Prefix:
-        return Prefix([(k[idx], v[idx]) for k, v in self.cache], self.mask[idx], self.start[idx])
 
     def repeat(self, n: int) -> Prefix:
         return Prefix(
@@ -647,9 +643,3 @@ class AlpamayoR1(nn.Module, TrainableParts):
         "both": ("expert.", "action_in_proj.", "action_out_proj.", "vlm."),
         "none": (),
     }
-
-
-def checkpoint_keys(file: Path) -> dict[str, list[int]]:
-    """Key -> shape of a safetensors file, without loading it (for error messages and checks)."""
-    with safe_open(file, "pt") as f:
-        return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}

@@ -47,14 +47,14 @@ def cache_key(data: bytes, frame: Frame) -> str:
 def _save(road_map: RoadMap, report: ImportReport, base: Path) -> None:
     lanes = list(road_map.lanes.values())
     counts = np.array([len(lane.centerline) for lane in lanes], np.int64)
-    ones = [np.ones(len(lane.centerline)) for lane in lanes]
+    pairs = list(zip(lanes, counts))
     arrays = {
         "counts": counts,
         "points": np.concatenate([lane.centerline for lane in lanes]).astype(np.float64),
         "widths": np.concatenate(
-            [lane.widths if lane.widths is not None else lane.width * o for lane, o in zip(lanes, ones)]
+            [lane.widths if lane.widths is not None else np.full(n, lane.width) for lane, n in pairs]
         ),
-        "z": np.concatenate([lane.z if lane.z is not None else 0 * o for lane, o in zip(lanes, ones)]),
+        "z": np.concatenate([lane.z if lane.z is not None else np.zeros(n) for lane, n in pairs]),
     }
     meta = {
         "lanes": [{"id": lane.id} | {f: getattr(lane, f) for f in LANE_FIELDS} for lane in lanes],

@@ -117,9 +117,9 @@ class _Builder:
         order = slice(None) if along else slice(None, None, -1)
         key = lane_key(road.id, k, lane.id)
         self.report.lanes_by_type[lane.type] = self.report.lanes_by_type.get(lane.type, 0) + 1
-        outer, inner = _marking(lane, section.s), None
         inner_lane = section.lanes.get(lane.id - 1 if lane.id > 0 else lane.id + 1)
         inner = _marking(inner_lane, section.s) if inner_lane is not None else "none"
+        outer = _marking(lane, section.s)
         self.lanes[key] = Lane(
             id=key,
             centerline=self.xy(x, y)[order],
@@ -307,13 +307,18 @@ def sidewalk_polygons(lanes: dict[str, Lane]) -> list[np.ndarray]:
     return out
 
 
-def import_opendrive(path: str, frame: Frame = "carla", text: str | None = None) -> tuple[RoadMap, ImportReport]:
-    """The road map of an OpenDRIVE file and the import's report."""
-    builder = _Builder(read_opendrive(path, text), frame)
+def build_road_map(odr: OpenDrive, frame: Frame = "carla") -> tuple[RoadMap, ImportReport]:
+    """The road map of parsed records, and the import's report."""
+    builder = _Builder(odr, frame)
     try:
         road_map = builder.build()
     except ValueError as e:
         if isinstance(e, MapImportError):
             raise
-        raise MapImportError(f"{path}: {e}") from None
+        raise MapImportError(f"{odr.path}: {e}") from None
     return road_map, builder.report
+
+
+def import_opendrive(path: str, frame: Frame = "carla", text: str | None = None) -> tuple[RoadMap, ImportReport]:
+    """The road map of an OpenDRIVE file and the import's report."""
+    return build_road_map(read_opendrive(path, text), frame)

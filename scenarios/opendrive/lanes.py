@@ -49,24 +49,21 @@ class RoadGeometry:
     def centre_rate(self, section: LaneSection, lane_id: int, s: np.ndarray) -> np.ndarray:
         """d t / d s of the lane's centre, from the records' derivatives at ``s`` (exact, and blind to a
         record that starts just after ``s``, where a finite difference would see a jump)."""
-        rate = eval_piecewise(self.road.lane_offsets, s, derivative=True)
+        offset = eval_piecewise(self.road.lane_offsets, s, derivative=True)
+        inner = offset
         step = 1 if lane_id > 0 else -1
-        for i in range(step, lane_id + step, step):
+        for i in range(step, lane_id + step, step):  # as borders(), on the derivatives
             lane = section.lanes.get(i)
             if lane is None:
                 continue
             if lane.borders:
-                border = step * eval_piecewise(lane.borders, s, derivative=True)
-                inner_rate = rate
-                rate = eval_piecewise(self.road.lane_offsets, s, derivative=True) + border
-                if i == lane_id:
-                    return 0.5 * (inner_rate + rate)
-                continue
-            width = step * eval_piecewise(lane.widths, s, derivative=True)
+                outer = offset + step * eval_piecewise(lane.borders, s, derivative=True)
+            else:
+                outer = inner + step * eval_piecewise(lane.widths, s, derivative=True)
             if i == lane_id:
-                return rate + 0.5 * width
-            rate = rate + width
-        return rate
+                return 0.5 * (inner + outer)
+            inner = outer
+        return inner
 
     def centre(self, section: LaneSection, lane_id: int, s: np.ndarray):
         """Centre (x, y, z), heading along +s, and width of ``lane_id`` at ``s``."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from scenarios.opendrive.convert import lane_key
+from scenarios.opendrive.convert import build_road_map, lane_key
 from scenarios.opendrive.lanes import RoadGeometry
 from scenarios.opendrive.reader import read_opendrive, read_text
 
@@ -69,10 +69,7 @@ def compare_with_carla(path: str | Path, sample_every: float = SAMPLE_EVERY) -> 
                     ours_yaw = -(h[i] + (math.pi if lane_id > 0 else 0.0))
                     d = math.radians(wp.transform.rotation.yaw) - ours_yaw
                     heading.append(abs(math.degrees(math.atan2(math.sin(d), math.cos(d)))))
-    from scenarios.opendrive.convert import _Builder
-
-    builder = _Builder(odr, "carla")
-    road_map = builder.build()
+    road_map, _ = build_road_map(odr, "carla")
     for key in driving:
         if key in road_map.lanes:
             ours |= {(key, n) for n in road_map.lanes[key].successors}
