@@ -130,6 +130,16 @@ def _map_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _map_fetch(args: argparse.Namespace) -> int:
+    import json
+
+    from scenarios.opendrive.server import fetch_server_map
+
+    path = fetch_server_map(args.host, args.port, args.town, args.out)
+    print(json.dumps({"file": str(path), "bytes": path.stat().st_size}))
+    return 0
+
+
 def _serve_rewards(args: argparse.Namespace) -> int:
     from rewards.service import RewardServer, load_service_reward
 
@@ -279,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("path", help="an OpenDRIVE file (.xodr or .xodr.gz)")
     check.add_argument("--every", type=float, default=2.0, help="metres between samples along each lane")
     check.set_defaults(fn=_map_check)
+    fetch = msub.add_parser("fetch", help="save a running CARLA server's map as OpenDRIVE (to_opendrive); prints JSON")
+    fetch.add_argument("--host", default="localhost")
+    fetch.add_argument("--port", type=int, default=2000)
+    fetch.add_argument("--town", help="load this town first if the server has another up")
+    fetch.add_argument("--out", help="folder (default: the map cache's server/ folder)")
+    fetch.set_defaults(fn=_map_fetch)
 
     srv = sub.add_parser("serve-rewards", help="HTTP reward service (enqueue / fetch, bearer token)")
     srv.add_argument("--host", default="127.0.0.1")

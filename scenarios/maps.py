@@ -19,6 +19,7 @@ from shapely.geometry import LineString, Polygon
 
 from scenarios import geometry as geo
 
+DRIVABLE_MARGIN = 0.05  # metres the drivable lanes are grown by, closing the seams between them
 Marking = Literal["solid", "dashed", "double_solid", "none"]
 
 # OpenDRIVE lane types a vehicle may drive on (the drivable area); the others (sidewalk, biking,
@@ -107,8 +108,14 @@ class Lane:
         left, right = self.edge("left"), self.edge("right")
         return shapely.make_valid(Polygon(np.concatenate([left, right[::-1]])))
 
+    @cached_property
+    def normals(self) -> np.ndarray:
+        """Unit normals to the left of travel at each centreline point (``geo.left_normals``)."""
+        return geo.left_normals(self.centerline)
+
     def edge(self, side: Literal["left", "right"]) -> np.ndarray:
-        return geo.offset(self.centerline, self.half_widths if side == "left" else -self.half_widths)
+        half = self.half_widths if side == "left" else -self.half_widths
+        return self.centerline + half * self.normals
 
     def pose_at(self, s: float) -> tuple[np.ndarray, float]:
         xy, h = geo.interpolate(self.centerline, self.s, s)
@@ -205,14 +212,25 @@ class RoadMap:
         return out
 
     @cached_property
-    def drivable_area(self):
+    def drivable_parts(self) -> list[Polygon]:
+        """The polygons whose union, grown by ``DRIVABLE_MARGIN``, is the drivable area (the drivable
+        lanes and the extra polygons): rasters paint these, as a town's union takes half a minute."""
         parts = [lane.polygon for lane in self.lanes.values() if lane.drivable]
-        parts += [Polygon(p) for p in self.extra_drivable]
-        return shapely.union_all(parts).buffer(0.05)
+        return parts + [Polygon(p) for p in self.extra_drivable]
+
+    @cached_property
+    def drivable_area(self):
+        return shapely.union_all(self.drivable_parts).buffer(DRIVABLE_MARGIN)
 
     @cached_property
     def bounds(self) -> tuple[float, float, float, float]:
-        return tuple(self.drivable_area.bounds)
+        """(min x, min y, max x, max y) of the drivable area."""
+        if not self.drivable_parts:
+            return tuple(self.drivable_area.bounds)
+        box = shapely.bounds(self.drivable_parts)
+        x0, y0 = box[:, :2].min(0) - DRIVABLE_MARGIN
+        x1, y1 = box[:, 2:].max(0) + DRIVABLE_MARGIN
+        return float(x0), float(y0), float(x1), float(y1)
 
     def bounds_of_lanes(self) -> tuple[float, float, float, float]:
         """(min x, min y, max x, max y) of every lane centreline (cheap: no polygon union)."""

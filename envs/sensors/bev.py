@@ -1,7 +1,7 @@
 """Privileged bird's-eye-view raster, ego-centred and ego-aligned (forward is up).
 
 The ground comes from the same top-down texture the cameras use (one affine warp); the route,
-stop lines coloured by their signal, actors (by class) and the ego are drawn on top.
+the stop lines within view coloured by their signal, actors (by class) and the ego are drawn on top.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ SIGNAL_COLOURS = {RED: (255, 30, 30), YELLOW: (255, 210, 0), GREEN: (40, 220, 80
 class BEVRenderer:
     def __init__(self, size: int = 128, resolution: float = 0.4, ego_row: float = 0.7) -> None:
         self.size, self.res, self.ego_row = size, resolution, ego_row
+        self._stop_xy: tuple[object, np.ndarray] | None = None  # (map, stop-line points), per map
 
     def _world_from_pixel(self, world: World) -> np.ndarray:
         st = world.state
@@ -45,11 +46,23 @@ class BEVRenderer:
         p = np.asarray(xy, float) @ px_from_world[:2, :2].T + px_from_world[:2, 2]
         return p
 
+    def _stop_lines_near(self, world: World) -> list:
+        """The map's stop lines within the view (a distance test over their points: no Python loop)."""
+        road_map = world.compiled.road_map
+        if self._stop_xy is None or self._stop_xy[0] is not road_map:
+            xy = [road_map.lanes[sl.lane].pose_at(sl.s)[0] for sl in road_map.stop_lines]
+            self._stop_xy = (road_map, np.array(xy, float).reshape(-1, 2))
+        reach = self.size * self.res * 1.5
+        d = self._stop_xy[1] - [float(world.state.x[0]), float(world.state.y[0])]
+        near = np.flatnonzero((np.abs(d) < reach).all(1))
+        return [road_map.stop_lines[i] for i in near]
+
     def render(self, world: World) -> np.ndarray:
-        geom = map_geometry(world.compiled.road_map)
-        tex_from_px = np.linalg.inv(geom.world_from_texture) @ self._world_from_pixel(world)
+        st = world.state
+        ground = map_geometry(world.compiled.road_map).ground.around(float(st.x[0]), float(st.y[0]))
+        tex_from_px = np.linalg.inv(ground.world_from_texture) @ self._world_from_pixel(world)
         img = cv2.warpAffine(
-            geom.texture,
+            ground.texture,
             tex_from_px[:2],
             (self.size, self.size),
             flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
@@ -65,7 +78,7 @@ class BEVRenderer:
         route = c.route_xy[max(world.state.route_seg - 5, 0) :]
         cv2.polylines(img, [poly(route)], False, ROUTE_COLOUR, max(1, int(1.2 / self.res)), cv2.LINE_AA, shift)
         sig = world.signal_states()
-        for sl in c.road_map.stop_lines:
+        for sl in self._stop_lines_near(world):
             if sl.signal is None:
                 colour = SIGNAL_COLOURS[RED]
             else:

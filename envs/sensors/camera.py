@@ -1,8 +1,9 @@
 """CPU camera renderer (OpenCV + numpy) for any pinhole rig.
 
-Once per map the ground layers (asphalt, kerbs, markings, stop lines, zebra stripes) are painted
-into a top-down texture. Per frame and camera the ground is one ``cv2.warpPerspective`` of that
-texture through the ground-plane homography; actors, signal heads and stop signs are shaded 3D
+The ground layers (asphalt, kerbs, markings, stop lines, zebra stripes) are painted into a top-down
+texture (``ground.GroundTexture``: whole for a small map, tiles around the ego for a town). Per frame
+and camera the ground is one ``cv2.warpPerspective`` of that texture through the ground-plane
+homography; actors, signal heads and stop signs are shaded 3D
 boxes projected by a numba kernel and drawn far to near (painter's algorithm) with back faces
 culled. Sky and horizon come from a per-camera template.
 """
@@ -16,6 +17,7 @@ import cv2
 import numpy as np
 
 from envs.sensors.boxes import FACES, SUN, project_boxes
+from envs.sensors.ground import GroundTexture, GroundView
 from envs.sensors.rig import Camera
 from envs.world import GREEN, RED, YELLOW, Kind, World
 from scenarios import geometry as geo
@@ -78,8 +80,7 @@ class MapGeometry:
     props: np.ndarray  # static boxes [P, 7]: signal poles and heads, stop signs
     prop_colours: np.ndarray  # [P, 3]
     prop_signal: np.ndarray  # [P] index of the signal a head shows, -1 for other props
-    texture: np.ndarray  # top-down RGB image of the ground (asphalt, kerbs, markings)
-    world_from_texture: np.ndarray  # 3x3: texel (col, row, 1) -> world (x, y, 1)
+    ground: GroundTexture  # top-down RGB texture of the ground (asphalt, kerbs, markings)
 
 
 def build_map_geometry(road_map: RoadMap) -> MapGeometry:
@@ -127,9 +128,10 @@ def build_map_geometry(road_map: RoadMap) -> MapGeometry:
     ):
         q = np.concatenate(parts) if parts else np.zeros((0, 4, 2))
         layers[name] = np.concatenate([q, np.full(q.shape[:2] + (1,), z)], 2)
-    texture, world_from_texture = _paint_texture(road_map, layers)
     props, prop_colours, prop_signal = _props(road_map)
-    return MapGeometry(layers, props, prop_colours, prop_signal, texture, world_from_texture)
+    paint = [(layers[name][..., :2], colour) for name, colour in LAYER_COLOURS.items()]
+    ground = GroundTexture(road_map.bounds, paint, tuple(GRASS.tolist()), props[:, :2])
+    return MapGeometry(layers, props, prop_colours, prop_signal, ground)
 
 
 def _props(road_map: RoadMap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -152,24 +154,6 @@ def _props(road_map: RoadMap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             colours += [(120, 120, 120), (200, 20, 20)]
             signal += [-1, -1]
     return (np.array(boxes, float).reshape(-1, 7), np.array(colours, float).reshape(-1, 3), np.array(signal, np.int64))
-
-
-def _paint_texture(road_map: RoadMap, layers: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Paint the ground layers into one top-down image (0.1 m texels, capped at 4096 px a side)."""
-    x0, y0, x1, y1 = road_map.bounds
-    x0, y0, x1, y1 = x0 - 10, y0 - 10, x1 + 10, y1 + 10
-    res = max(0.1, (x1 - x0) / 4096, (y1 - y0) / 4096)
-    w, h = int(np.ceil((x1 - x0) / res)), int(np.ceil((y1 - y0) / res))
-    tex = np.empty((h, w, 3), np.uint8)
-    tex[:] = GRASS.astype(np.uint8)
-    world_from_texture = np.array([[res, 0, x0], [0, res, y0], [0, 0, 1]])
-    for name, colour in LAYER_COLOURS.items():
-        q = layers[name][..., :2]
-        if len(q):
-            px = np.round((q - [x0, y0]) / res * 4).astype(np.int32)
-            for quad in px:  # one call per quad: a multi-polygon fill would XOR overlapping lanes
-                cv2.fillConvexPoly(tex, quad, colour, cv2.LINE_AA, shift=2)
-    return tex, world_from_texture
 
 
 def _fan(poly: np.ndarray) -> np.ndarray:
@@ -236,18 +220,19 @@ class CameraRenderer:
         c, s = math.cos(eyaw), math.sin(eyaw)
         R_ew = np.array([[c, s, 0.0], [-s, c, 0.0], [0.0, 0.0, 1.0]])  # world -> ego rotation
         geom = map_geometry(world.compiled.road_map)
-        boxes = self._boxes(world, geom)
+        ground = geom.ground.around(ex, ey)
+        boxes = self._boxes(world, geom, ground.props)
         for k in range(n):
             img = out[k]
             np.copyto(img, self.templates[k])
             R = self.R_ce[k] @ R_ew  # world -> camera
             cam_world = np.array([ex, ey, 0.0]) + R_ew.T @ self.t_e[k]
-            self._draw_ground(img, k, R, cam_world, geom)
+            self._draw_ground(img, k, R, cam_world, ground)
             self._draw_boxes(img, k, R, cam_world, *boxes)
         return out
 
     # --- ground layers -------------------------------------------------------------------------------------------
-    def _draw_ground(self, img, k, R, cam_world, geom: MapGeometry) -> None:
+    def _draw_ground(self, img, k, R, cam_world, ground: GroundView) -> None:
         """Warp the top-down ground texture into the image through the ground-plane homography."""
         cam = self.cameras[k]
         horizon = self.horizon_rows[k]
@@ -256,11 +241,11 @@ class CameraRenderer:
         # ground point (x, y, 0) -> pixel: K [r1 r2 -R c]; then compose with texel -> world
         K = self.K[k]
         H = K @ np.column_stack([R[:, 0], R[:, 1], -R @ cam_world])
-        H = H @ geom.world_from_texture
+        H = H @ ground.world_from_texture
         shift = np.array([[1, 0, 0], [0, 1, -horizon], [0, 0, 1]])  # draw only rows below the horizon
         band = img[horizon:]
         cv2.warpPerspective(
-            geom.texture,
+            ground.texture,
             shift @ H,
             (cam.width, cam.height - horizon),
             dst=band,
@@ -270,11 +255,11 @@ class CameraRenderer:
 
     # --- boxes -----------------------------------------------------------------------------------------------------
     @staticmethod
-    def _boxes(world: World, geom: MapGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _boxes(world: World, geom: MapGeometry, near: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All boxes to draw: (x, y, z0, yaw, length, width, height) [B, 7], RGB [B, 3], lamp state [B].
 
-        Actors (with a glass cabin on cars), then the map's props (signal poles and heads, stop signs);
-        a signal head carries its light's current state, everything else -1.
+        Actors (with a glass cabin on cars), then the map's props ``near`` the ego (signal poles and
+        heads, stop signs); a signal head carries its light's current state, everything else -1.
         """
         st, a = world.state, world.compiled.actors
         idx = np.flatnonzero(st.active)
@@ -301,13 +286,14 @@ class CameraRenderer:
             ],
             1,
         )
-        lamps = np.full(len(body) + len(cabin) + len(geom.props), -1, np.int64)
-        if len(geom.props):
+        props, prop_signal = geom.props[near], geom.prop_signal[near]
+        lamps = np.full(len(body) + len(cabin) + len(props), -1, np.int64)
+        if len(props):
             states = world.signal_states()
-            head = geom.prop_signal >= 0
-            lamps[len(body) + len(cabin) :][head] = states[geom.prop_signal[head]]
-        boxes = np.concatenate([body, cabin, geom.props])
-        colours = np.concatenate([colour, np.broadcast_to(GLASS_COLOUR, (len(cabin), 3)), geom.prop_colours])
+            head = prop_signal >= 0
+            lamps[len(body) + len(cabin) :][head] = states[prop_signal[head]]
+        boxes = np.concatenate([body, cabin, props])
+        colours = np.concatenate([colour, np.broadcast_to(GLASS_COLOUR, (len(cabin), 3)), geom.prop_colours[near]])
         return boxes, colours, lamps
 
     def _draw_boxes(self, img, k, R, cam_world, arr, colours, lamps) -> None:

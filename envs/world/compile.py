@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from envs.world.paths import PathTable
 from envs.world.state import GREEN, ActorTable, Behaviour, Kind, Motion, SignalState
 from scenarios import geometry as geo
 from scenarios.banks import load_map
-from scenarios.maps import RoadMap
+from scenarios.maps import DRIVABLE_MARGIN, RoadMap
 from scenarios.schema import Scenario
 
 OFFROAD_TOLERANCE = 0.3  # metres (nuPlan's drivable-area tolerance)
@@ -73,13 +73,27 @@ class CompiledScenario:
     grid: LaneGrid
     drivable: AreaGrid  # drivable area grown by the off-road tolerance, rasterised at 0.1 m
     speed_cap: np.ndarray | None = None  # route speed cap (limit, curvature), filled by the first planner
+    _held_states: tuple[float, float, np.ndarray] | None = field(default=None, repr=False)  # (from, until, states)
 
     def signal_states(self, t: float) -> np.ndarray:
+        """Every signal's state at time ``t`` (read-only). The states hold until the next phase change
+        of any signal, so a town's thousand signals are evaluated a few times a cycle, not every step."""
+        held = self._held_states
+        if held is not None and (t == held[0] or held[0] <= t < held[1] - 1e-6):  # near a change: afresh
+            return held[2]
         if not len(self.signal_ids):
             return np.zeros(0, np.int8)
         tt = (t + self.sig_offset) % self.sig_cycle
         k = (self.sig_cum_end <= tt[:, None]).sum(1)
-        return self.sig_states[np.arange(len(self.signal_ids)), k]
+        rows = np.arange(len(self.signal_ids))
+        states = self.sig_states[rows, k]
+        states.flags.writeable = False
+        next_change = np.where(
+            k < self.sig_cum_end.shape[1], self.sig_cum_end[rows, np.minimum(k, self.sig_cum_end.shape[1] - 1)], np.inf
+        )
+        until = t + float(np.min(np.minimum(next_change, self.sig_cycle) - tt))
+        self._held_states = (t, until, states)
+        return states
 
 
 def _route_limits(
@@ -115,7 +129,7 @@ def _drivable_for(road_map: RoadMap) -> AreaGrid:
     if hit is None or hit[0] is not road_map:
         if len(_GRIDS) > 32:
             _GRIDS.pop(next(iter(_GRIDS)))
-        hit = _GRIDS[key] = (road_map, AreaGrid(road_map.drivable_area.buffer(OFFROAD_TOLERANCE)))
+        hit = _GRIDS[key] = (road_map, AreaGrid(road_map.drivable_parts, DRIVABLE_MARGIN + OFFROAD_TOLERANCE))
     return hit[1]
 
 
@@ -250,13 +264,16 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
 
     n_paths = len(paths.length)
     stops: list[list[tuple[float, int]]] = [[] for _ in range(n_paths)]
+    on_paths: dict[int, list[tuple[int, int]]] = {}  # lane index -> (path, the lane's first slot on it)
+    for p in range(n_paths):
+        for slot, li in enumerate(paths.lanes[p].tolist()):
+            places = on_paths.setdefault(li, [])
+            if not places or places[-1][0] != p:
+                places.append((p, slot))
     for sl in road_map.stop_lines:
-        li = lane_index[sl.lane]
         sig = sig_index[sl.signal] if sl.signal is not None else -1
-        for p in range(n_paths):
-            hits = np.flatnonzero(paths.lanes[p] == li)
-            if len(hits):
-                stops[p].append((float(paths.lane_start[p, hits[0]] + sl.s), sig))
+        for p, slot in on_paths.get(lane_index[sl.lane], ()):
+            stops[p].append((float(paths.lane_start[p, slot] + sl.s), sig))
     K = max([len(x) for x in stops] + [1])
     stop_s, stop_sig = np.full((n_paths, K), np.inf), np.full((n_paths, K), -1)
     for p, lst in enumerate(stops):

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from envs.world.raster import tiled_value
 from envs.world.state import ACTIVE, BRAKING, DONE, HOLDING, RED, WAITING, YELLOW
 
 
@@ -394,16 +395,14 @@ def neighbour_features(b, n_max, max_range, out):
 
 
 @njit(cache=True)
-def box_inside(mask, ox, oy, res, x, y, yaw, length, width):
-    """True if all four corners of the box lie on the raster ``mask`` (origin ox, oy; cell res)."""
+def box_inside(index, tiles, ox, oy, res, x, y, yaw, length, width):
+    """True if all four corners of the box lie on a tiled mask (``TiledRaster`` arrays; origin ox, oy)."""
     c, s = math.cos(yaw), math.sin(yaw)
     hl, hw = 0.5 * length, 0.5 * width
     for sl, sw in ((1.0, 1.0), (1.0, -1.0), (-1.0, -1.0), (-1.0, 1.0)):
         px = x + c * hl * sl - s * hw * sw
         py = y + s * hl * sl + c * hw * sw
-        col = int((px - ox) / res + 0.5)
-        row = int((py - oy) / res + 0.5)
-        if row < 0 or col < 0 or row >= mask.shape[0] or col >= mask.shape[1] or mask[row, col] == 0:
+        if tiled_value(index, tiles, ox, oy, res, px, py, 0) == 0:
             return False
     return True
 
@@ -459,7 +458,7 @@ def ego_bicycle(
 
 
 @njit(cache=True)
-def ego_checks(route_xy, route_s, seg, full, b, mask, ox, oy, res):
+def ego_checks(route_xy, route_s, seg, full, b, index, tiles, ox, oy, res):
     """Per-step ego bookkeeping in one call: route projection (a window around the last segment,
     or all of it), the off-road test of the ego's box and the mask of actors it touches."""
     last = route_xy.shape[0] - 1
@@ -468,7 +467,7 @@ def ego_checks(route_xy, route_s, seg, full, b, mask, ox, oy, res):
     s, lat, k = project_window(route_xy, route_s, b.x[0], b.y[0], lo, hi)
     if not full and k + 1 >= hi and hi < last:  # ran off the window: search all
         s, lat, k = project_window(route_xy, route_s, b.x[0], b.y[0], 0, last)
-    inside = box_inside(mask, ox, oy, res, b.x[0], b.y[0], b.yaw[0], b.length[0], b.width[0])
+    inside = box_inside(index, tiles, ox, oy, res, b.x[0], b.y[0], b.yaw[0], b.length[0], b.width[0])
     return s, lat, k, not inside, ego_contacts(b)
 
 

@@ -1,73 +1,112 @@
-"""A raster of the lane network for O(1) "which lane am I on, and which way does it run" queries.
+"""Rasters of the map for O(1) per-step queries: which lane is here (and which way it runs), and is
+this point on the drivable area.
 
-Built once per map with OpenCV polygon fills. Junction connectors overlap each other, so their
-cells are marked ``JUNCTION`` instead of naming one lane: wrong-way is not judged inside junctions.
+Both are ``TiledRaster``s, so a 10 km town costs memory in proportion to its roads, not its extent.
+Junction connectors overlap each other, so their cells are marked ``JUNCTION`` instead of naming
+one lane: wrong-way is not judged inside junctions.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import cv2
 import numpy as np
+import shapely
+from shapely.geometry import Polygon
 
-from scenarios import geometry as geo
+from envs.world.raster import TiledRaster, rasterise
 from scenarios.maps import RoadMap
 
 NONE = -1
 JUNCTION = -2
+HEADING_STEPS = 4096
 
 
 class LaneGrid:
-    def __init__(self, road_map: RoadMap, lane_index: dict[str, int], resolution: float = 0.5) -> None:
-        x0, y0, x1, y1 = road_map.bounds
-        self.origin = np.array([x0 - 5.0, y0 - 5.0])
-        self.res = resolution
-        w = int(np.ceil((x1 - x0 + 10.0) / resolution))
-        h = int(np.ceil((y1 - y0 + 10.0) / resolution))
-        self.lane = np.full((h, w), NONE, np.int32)
-        self.heading = np.zeros((h, w), np.float32)
-        junction_mask = np.zeros((h, w), np.uint8)
-        for lane_id, lane in road_map.lanes.items():
-            left = self._px(geo.offset(lane.centerline, lane.width / 2))
-            right = self._px(geo.offset(lane.centerline, -lane.width / 2))
-            if lane.junction is not None:
-                cv2.fillPoly(junction_mask, [np.concatenate([left, right[::-1]])], 1)
-                continue
-            idx = lane_index[lane_id]
-            for k in range(len(left) - 1):
-                quad = np.array([left[k], left[k + 1], right[k + 1], right[k]])
-                cv2.fillConvexPoly(self.lane, quad, idx)
-                cv2.fillConvexPoly(self.heading, quad, float(lane.heading[k]))
-        for poly in road_map.extra_drivable:
-            cv2.fillPoly(junction_mask, [self._px(poly)], 1)
-        self.lane[junction_mask.astype(bool)] = JUNCTION
+    """Lane index and lane heading per 0.5 m cell, packed in one int32 (the heading in 4,096 steps)."""
 
-    def _px(self, pts: np.ndarray) -> np.ndarray:
-        return np.round((np.asarray(pts) - self.origin) / self.res).astype(np.int32)
+    def __init__(self, road_map: RoadMap, lane_index: dict[str, int], resolution: float = 0.5) -> None:
+        lanes = list(road_map.lanes.values())
+        edges = [(ln.centerline + ln.width / 2 * ln.normals, ln.centerline - ln.width / 2 * ln.normals) for ln in lanes]
+        extra = [np.asarray(p, float) for p in road_map.extra_drivable]
+        boxes = [_box(np.concatenate(e)) for e in edges] + [_box(p) for p in extra]
+        x0, y0, x1, y1 = road_map.bounds
+
+        def paint(canvas: dict[str, np.ndarray], block_origin: np.ndarray, items: np.ndarray) -> None:
+            def px(pts: np.ndarray) -> np.ndarray:
+                return np.round((np.asarray(pts) - block_origin) / resolution).astype(np.int32)
+
+            junction = np.zeros(canvas["cell"].shape, np.uint8)
+            for i in items:
+                if i >= len(lanes):
+                    cv2.fillPoly(junction, [px(extra[i - len(lanes)])], 1)
+                    continue
+                lane, (left, right) = lanes[i], edges[i]
+                left, right = px(left), px(right)
+                if lane.junction is not None:
+                    cv2.fillPoly(junction, [np.concatenate([left, right[::-1]])], 1)
+                    continue
+                quads = np.stack([left[:-1], left[1:], right[1:], right[:-1]], 1)
+                values = lane_index[lane.id] * HEADING_STEPS + _heading_step(lane.heading[:-1])
+                for quad, value in zip(quads, values.tolist()):
+                    cv2.fillConvexPoly(canvas["cell"], quad, value)
+            canvas["cell"][junction.astype(bool)] = JUNCTION
+
+        self.raster: TiledRaster = rasterise(
+            (x0 - 5.0, y0 - 5.0, x1 + 5.0, y1 + 5.0),
+            resolution,
+            {"cell": (np.int32, NONE)},
+            np.array(boxes).reshape(-1, 4),
+            paint,
+        )
 
     def lookup(self, x: float, y: float) -> tuple[int, float]:
         """Lane index (or NONE / JUNCTION) and lane heading at a world point."""
-        c = int((x - self.origin[0]) / self.res + 0.5)
-        r = int((y - self.origin[1]) / self.res + 0.5)
-        if 0 <= r < self.lane.shape[0] and 0 <= c < self.lane.shape[1]:
-            return int(self.lane[r, c]), float(self.heading[r, c])
-        return NONE, 0.0
+        cell = int(self.raster.lookup("cell", x, y))
+        if cell < 0:
+            return cell, 0.0
+        lane, step = divmod(cell, HEADING_STEPS)
+        return lane, step * (2 * math.pi / HEADING_STEPS) - math.pi
+
+
+def _heading_step(heading: np.ndarray) -> np.ndarray:
+    return np.round((np.asarray(heading) + math.pi) * (HEADING_STEPS / (2 * math.pi))).astype(np.int64) % HEADING_STEPS
 
 
 class AreaGrid:
-    """A fine raster (default 0.1 m) of a shapely area, for O(1) "are these points inside" tests."""
+    """A fine raster (default 0.1 m) of the union of polygons grown by ``grow`` metres, for O(1) "is
+    this point inside" tests. The parts are painted one by one (the raster of a union is the union of
+    the rasters), so a town's area never has to be unioned."""
 
-    def __init__(self, area, resolution: float = 0.1) -> None:
-        x0, y0, x1, y1 = area.bounds
-        self.origin = np.array([x0 - 1.0, y0 - 1.0])
-        self.res = resolution
-        w = int(np.ceil((x1 - x0 + 2.0) / resolution))
-        h = int(np.ceil((y1 - y0 + 2.0) / resolution))
-        self.mask = np.zeros((h, w), np.uint8)
-        polys = list(area.geoms) if hasattr(area, "geoms") else [area]
-        for poly in polys:
-            cv2.fillPoly(self.mask, [self._px(np.asarray(poly.exterior.coords))], 1)
-            for hole in poly.interiors:
-                cv2.fillPoly(self.mask, [self._px(np.asarray(hole.coords))], 0)
+    def __init__(self, parts: Sequence[Polygon], grow: float = 0.0, resolution: float = 0.1) -> None:
+        grown = shapely.buffer(np.array(list(parts), dtype=object), grow) if grow else np.array(list(parts), object)
+        polygons = [p for g in grown for p in getattr(g, "geoms", [g]) if p.geom_type == "Polygon" and not p.is_empty]
+        box = shapely.bounds(np.array(polygons, dtype=object)).reshape(-1, 4)
+        bounds = (box[:, 0].min() - 1.0, box[:, 1].min() - 1.0, box[:, 2].max() + 1.0, box[:, 3].max() + 1.0)
 
-    def _px(self, pts: np.ndarray) -> np.ndarray:
-        return np.round((pts[:, :2] - self.origin) / self.res).astype(np.int32)
+        def paint(canvas: dict[str, np.ndarray], block_origin: np.ndarray, items: np.ndarray) -> None:
+            def px(ring) -> np.ndarray:
+                return np.round((np.asarray(ring.coords)[:, :2] - block_origin) / resolution).astype(np.int32)
+
+            inside = canvas["inside"]
+            for i in items:
+                poly = polygons[i]
+                if not poly.interiors:
+                    cv2.fillPoly(inside, [px(poly.exterior)], 1)
+                    continue
+                own = np.zeros_like(inside)  # a part's holes must not erase its neighbours
+                cv2.fillPoly(own, [px(poly.exterior)], 1)
+                for hole in poly.interiors:
+                    cv2.fillPoly(own, [px(hole)], 0)
+                inside |= own
+
+        self.raster: TiledRaster = rasterise(bounds, resolution, {"inside": (np.uint8, 0)}, box, paint)
+
+    def contains(self, x: float, y: float) -> bool:
+        return bool(self.raster.lookup("inside", x, y))
+
+
+def _box(points: np.ndarray) -> tuple[float, float, float, float]:
+    return (*points.min(0)[:2].tolist(), *points.max(0)[:2].tolist())

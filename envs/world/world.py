@@ -270,9 +270,10 @@ class World:
     def _update_route(self, full: bool = False) -> tuple[bool, np.ndarray]:
         """Project the ego on its route (a window around the last match, all of it if asked); returns
         the off-road flag and the contact mask, which the same compiled call computes."""
-        st, c, g = self.state, self.compiled, self.compiled.drivable
+        st, c, g = self.state, self.compiled, self.compiled.drivable.raster
+        boxes, inside = self.actor_boxes(), g.layers["inside"]
         s, lat, k, offroad, contact = kernels.ego_checks(
-            c.route_xy, c.route_s, st.route_seg, full, self.actor_boxes(), g.mask, g.origin[0], g.origin[1], g.res
+            c.route_xy, c.route_s, st.route_seg, full, boxes, g.index, inside, g.origin[0], g.origin[1], g.res
         )
         st.route_seg, st.route_s, st.lateral = k, s, lat
         st.speed_limit = c.route_speed_limit[k]

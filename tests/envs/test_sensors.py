@@ -138,3 +138,26 @@ def test_too_small_images_are_refused(size):
             make_rig("front_only", *size)
     else:
         assert make_rig("front_only", *size)[0].height == 16
+
+
+def test_a_large_map_is_drawn_from_tiles_as_a_small_one_is_whole(monkeypatch):
+    """The tiled ground (a town's) shows what the whole texture shows: force tiles on a junction map by
+    shrinking the largest whole texture, and the cameras (signal heads included) and the BEV agree."""
+    from envs.sensors import camera, ground
+
+    def frames(world):
+        monkeypatch.setattr(camera, "_GEOMETRY", {})  # a fresh texture for the current setting
+        cams = CameraRenderer(make_rig("alpamayo4")).render(world)
+        return cams, BEVRenderer().render(world), camera.map_geometry(world.compiled.road_map).ground
+
+    red = World(_junction("red"))
+    _advance(red, red.compiled.route_stop_s[0] - red.state.route_s - 15.0)
+    whole, whole_bev, g = frames(red)
+    assert not g.tiled
+    monkeypatch.setattr(ground, "WINDOW", 256)
+    tiled, tiled_bev, g = frames(red)
+    assert g.tiled and g.around(float(red.state.x[0]), float(red.state.y[0])).texture.shape == (3072, 3072, 3)
+    for a, b in ((whole, tiled), (whole_bev, tiled_bev)):
+        diff = np.abs(a.astype(int) - b.astype(int))
+        assert diff.mean() < 0.2 and (diff.max(-1) > 40).mean() < 1e-3
+    assert _lamp_pixels(tiled[1], RED) >= 2  # the signal heads ahead are among the props near the ego

@@ -77,6 +77,17 @@ class Map:
     def get_waypoint(self, location, project_to_road=True, lane_type=None):
         return Waypoint(location.x) if abs(location.y) < 2.0 and 0 <= location.x <= ROAD_M else None
 
+    def to_opendrive(self) -> str:
+        """The straight road as OpenDRIVE: a lane each way, 3.5 m wide, along x."""
+        lane = '<lane id="{}" type="driving" level="false"><width sOffset="0" a="3.5" b="0" c="0" d="0"/></lane>'
+        return (
+            '<?xml version="1.0"?><OpenDRIVE><header revMajor="1" revMinor="4" name="fake"/>'
+            f'<road name="r" length="{ROAD_M}" id="1" junction="-1"><planView>'
+            f'<geometry s="0" x="0" y="0" hdg="0" length="{ROAD_M}"><line/></geometry></planView>'
+            '<lanes><laneSection s="0"><left>' + lane.format(1) + '</left><center><lane id="0" type="none"/>'
+            "</center><right>" + lane.format(-1) + "</right></laneSection></lanes></road></OpenDRIVE>"
+        )
+
 
 class Blueprint:
     def __init__(self, bp_id: str) -> None:
