@@ -21,6 +21,7 @@ ROUTE_DEVIATION = 12.0  # metres from the route centreline that end the route (a
 STOPPED_BEFORE_M = 8.0  # a stop counts within this many metres before a stop sign's line
 STOPPED_SPEED = 0.3  # m/s: slow enough to count as a stop at a stop sign
 STANDSTILL_SPEED = 0.1  # m/s: below this the ego is standing still (blocked-time bookkeeping)
+AGENT_BLOCKED_S = 180.0  # standing still this long ends the route (the Leaderboard 2.0's AgentBlockedTest)
 MOVING_SPEED = 0.5  # m/s: a collision at or below this is not the ego's fault; nor is driving the wrong way
 
 
@@ -114,6 +115,7 @@ class RouteBook:
     distance_wrong_way: float = 0.0
     distance_outside_route_lanes: float = 0.0
     route_deviated: bool = False
+    agent_blocked: bool = False
     route_completed: bool = False
     time_stopped: float = 0.0
 
@@ -149,6 +151,9 @@ class RouteBook:
             self.route_completed = True
             events.append(Event(EventKind.ROUTE_COMPLETE, t))
         self.time_stopped = self.time_stopped + dt if speed < STANDSTILL_SPEED else 0.0
+        if self.time_stopped >= AGENT_BLOCKED_S - 1e-9 and not (self.agent_blocked or self.route_completed):
+            self.agent_blocked = True
+            events.append(Event(EventKind.AGENT_BLOCKED, t))
         return events
 
     def summary(self, t: float, distance: float, route_progress: float, route_completion: float) -> dict[str, float]:

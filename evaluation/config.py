@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,6 +26,9 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bank: str = "smoke"
+    routes: str | None = Field(None, description="a Leaderboard / Bench2Drive route file: its routes are the bank")
+    maps: list[str] = Field(default_factory=list, description="folders with the route file's towns (and the shipped)")
+    route_ids: str | None = Field(None, description="routes to run, e.g. '0,3-5' (default: all)")
     split: str | None = None
     agent: str = "expert"
     seeds: int = Field(1, ge=1, description="episodes per scenario, with seeds 0..seeds-1")
@@ -51,6 +54,19 @@ class EvalConfig(BaseModel):
     carla_host: str = Field("localhost", description="the CARLA server, for backend = carla")
     carla_port: int = Field(2000, ge=1, le=65535)
     carla_container: str | None = Field(None, description="docker container to restart when the server hangs")
+
+    @model_validator(mode="after")
+    def _routes_are_the_bank(self) -> EvalConfig:
+        """A route file becomes the bank (a ``routes:`` spec with absolute paths, so a resumed run
+        from another folder is the same run)."""
+        if self.routes is not None and not self.bank.startswith("routes:"):
+            from scenarios.routes import RouteBankSpec, shipped_towns
+
+            if not Path(self.routes).is_file():
+                raise ValueError(f"routes: no route file at {self.routes}")
+            maps = tuple(str(Path(m).resolve()) for m in self.maps) + (str(shipped_towns()),)
+            self.bank = RouteBankSpec(str(Path(self.routes).resolve()), maps, self.route_ids).to_string()
+        return self
 
     @field_validator("split")
     @classmethod

@@ -72,6 +72,9 @@ def evaluate(
         "git": git_revision(),
         "config": config.model_dump(mode="json"),
     }
+    if bank.manifest.families == ["route"]:  # a route file: what could not run, and what is not played yet
+        types = sorted({t for s in bank.scenarios for t in s.params.get("scenario_types", [])})
+        meta["routes"] = {"refused": bank.refused, "scenario_types_not_played": types}
     interrupted = False
     bar = tqdm(
         total=len(tasks),

@@ -134,6 +134,8 @@ def summarize(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[s
     out["failures"] = [
         {"key": r["key"], "status": r["status"], "error": r.get("error")} for r in records if r["status"] != "ok"
     ]
+    if "routes" in meta:  # a route file's run: the routes that could not be made, the types not played yet
+        out["routes"] = meta["routes"]
     out["provenance"] = {"git": meta.get("git"), "config": meta.get("config")}
     return out
 

@@ -177,6 +177,8 @@ def _eval(args: argparse.Namespace) -> int:
     config = load_eval_config(args.config, **given)
     out = Path(args.out)
     summary = evaluate(config, out)
+    for route, why in summary.get("routes", {}).get("refused", {}).items():
+        print(f"not run: {route}: {why}", file=sys.stderr)
     lb, ep = summary["suites"].get("leaderboard", {}), summary["episodes"]
     ci = lb.get("ci95") or [None, None]
     if lb.get("mean") is not None:
@@ -316,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--config", help="eval TOML file; flags override it")
     ev.add_argument("--bank", help="bank name or folder (default smoke)")
     ev.add_argument("--agent", help="agent spec: expert, constant_velocity, stop, vla:PATH, sb3:PATH, pkg.mod:Cls")
+    ev.add_argument("--routes", help="a Leaderboard 1.0 / 2.0 or Bench2Drive route file: run its routes")
+    ev.add_argument("--maps", type=_comma_list, help="folders holding the route file's towns (CARLA's OpenDrive/)")
+    ev.add_argument("--route-ids", dest="route_ids", help="routes to run, e.g. 0,3-5 (default: all)")
     ev.add_argument("--split", choices=["train", "val", "test"])
     ev.add_argument("--seeds", type=int, help="episodes per scenario (seeds 0..K-1)")
     ev.add_argument("--workers", type=int, help="Ray actors (0: in-process)")

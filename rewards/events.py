@@ -25,6 +25,7 @@ class EventKind(str, Enum):
     WRONG_WAY = "wrong_way"
     ROUTE_DEVIATION = "route_deviation"
     ROUTE_COMPLETE = "route_complete"
+    AGENT_BLOCKED = "agent_blocked"  # standing still for AGENT_BLOCKED_S: the Leaderboard ends the route
     LANE_INVASION = "lane_invasion"  # CARLA's lane-invasion sensor (information only)
     INVALID_ACTION = "invalid_action"  # the agent's action was malformed; the episode ends
     TRIGGER = "trigger"  # a scripted actor's trigger fired (information only)
@@ -35,14 +36,21 @@ class EventKind(str, Enum):
 
 # kinds the leaderboard and the summaries count against the driver
 INFRACTIONS = frozenset(
-    {EventKind.OFFROAD, EventKind.RED_LIGHT, EventKind.STOP_SIGN, EventKind.WRONG_WAY, EventKind.ROUTE_DEVIATION}
+    {
+        EventKind.OFFROAD,
+        EventKind.RED_LIGHT,
+        EventKind.STOP_SIGN,
+        EventKind.WRONG_WAY,
+        EventKind.ROUTE_DEVIATION,
+        EventKind.AGENT_BLOCKED,
+    }
 )
 # kinds that count as incidents for km-per-incident
 INCIDENTS = frozenset(
     {EventKind.COLLISION, EventKind.OFFROAD, EventKind.RED_LIGHT, EventKind.STOP_SIGN, EventKind.WRONG_WAY}
 )
 # kinds that end an episode (a collision only when it is the ego's fault and the env says so)
-ENDS_ROUTE = frozenset({EventKind.ROUTE_COMPLETE, EventKind.ROUTE_DEVIATION})
+ENDS_ROUTE = frozenset({EventKind.ROUTE_COMPLETE, EventKind.ROUTE_DEVIATION, EventKind.AGENT_BLOCKED})
 
 
 @dataclass(frozen=True)

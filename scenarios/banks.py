@@ -8,7 +8,7 @@ problem of every file instead of stopping at the first, so ``loopdrive bank vali
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ class Bank:
     manifest: BankManifest
     path: Path
     scenarios: list[Scenario]
+    refused: dict[str, str] = field(default_factory=dict)  # (route files) routes that could not be made: why
 
     @property
     def name(self) -> str:
@@ -194,6 +195,10 @@ def _scenario_files(path: Path) -> list[Path]:
 
 
 def load_bank(name_or_path: str | Path, split: str | None = None) -> Bank:
+    """A shipped bank by name, a bank folder, or a route file's routes (a ``routes:`` spec, see
+    :class:`scenarios.routes.RouteBankSpec`)."""
+    if str(name_or_path).startswith("routes:"):
+        return _route_file_bank(str(name_or_path), split)
     path = resolve_bank_path(name_or_path)
     try:
         manifest = BankManifest.model_validate(tomllib.loads((path / "bank.toml").read_text()))
@@ -213,6 +218,26 @@ def load_bank(name_or_path: str | Path, split: str | None = None) -> Bank:
         scenarios = [s for s in scenarios if s.split == split]
     scenarios.sort(key=lambda s: s.id)
     return Bank(manifest, path, scenarios)
+
+
+def _route_file_bank(text: str, split: str | None) -> Bank:
+    from scenarios.routes import RouteBankSpec, route_bank
+
+    spec = RouteBankSpec.parse(text)
+    scenarios, refused, sha = route_bank(spec)
+    manifest = BankManifest(
+        name=f"routes:{Path(spec.file).name}",
+        version=sha[:12],
+        description=f"the routes of {spec.file}",
+        seed=spec.seed,
+        families=["route"],
+        count=len(scenarios),
+        splits={"test": len(scenarios)},
+        generator={"routes": spec.file, "maps": list(spec.maps), "route_ids": spec.route_ids},
+    )
+    if split is not None and split != "test":
+        scenarios = []  # a route file is a test set
+    return Bank(manifest, Path(spec.file), scenarios, refused)
 
 
 # --- generation ----------------------------------------------------------------------------------------

@@ -72,10 +72,11 @@ def arc(start: np.ndarray, heading: float, radius: float, angle: float, step: fl
 
 
 def chain(*pieces: np.ndarray) -> np.ndarray:
-    """Join pieces whose end and start coincide, dropping the duplicated joints."""
+    """Join pieces whose end and start coincide in x, y, dropping the duplicated joints (extra
+    columns, a height, ride along)."""
     out = [pieces[0]]
     for p in pieces[1:]:
-        out.append(p[1:] if np.allclose(p[0], out[-1][-1], atol=1e-6) else p)
+        out.append(p[1:] if np.allclose(p[0, :2], out[-1][-1, :2], atol=1e-6) else p)
     return np.concatenate(out)
 
 

@@ -249,6 +249,17 @@ class RoadMap:
         """Concatenated centreline of consecutive lanes (a route or an actor's path)."""
         return geo.chain(*[self.lanes[i].centerline for i in lane_ids])
 
+    def lane_sequence_heights(self, lane_ids: list[str]) -> np.ndarray | None:
+        """Heights at the points of ``lane_sequence_polyline`` (None where every lane is flat)."""
+        lanes = [self.lanes[i] for i in lane_ids]
+        if all(lane.z is None for lane in lanes):
+            return None
+        pieces = [
+            np.column_stack([lane.centerline, lane.z if lane.z is not None else np.zeros(len(lane.centerline))])
+            for lane in lanes
+        ]
+        return geo.chain(*pieces)[:, 2]
+
     def follow(self, start: str, min_length: float, choose: int = 0) -> list[str]:
         """Lane ids from ``start`` along successors until ``min_length`` metres are covered."""
         ids, total = [start], self.lanes[start].length

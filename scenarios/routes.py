@@ -13,8 +13,11 @@ CC BY-NC-ND: read them from where the user keeps them; never copy or convert the
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import xml.etree.ElementTree as ET
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +26,12 @@ import numpy as np
 
 from scenarios import geometry as geo
 from scenarios.maps import RoadMap
-from scenarios.towns import route_between
+from scenarios.schema import Scenario
+from scenarios.towns import route_between, signal_plans, time_budget
 
 ATTACH_DISTANCE, ATTACH_ANGLE = 2.0, math.radians(10.0)
+ROUTE_DENSITY = 0.75  # background vehicles per 100 m of lane near the route (the towns bank's middle)
+MAX_DURATION_S = 3600.0
 MAX_BYTES = 64 * 2**20
 
 
@@ -157,6 +163,8 @@ class RoutePlan:
     keypoint_offsets: list[float]  # distance from each keypoint to its lane's centre (m)
     scenarios: list[tuple[RouteScenario, float]]  # (scenario, arc length of its trigger along the route)
     unplaced: list[str] = field(default_factory=list)  # scenarios whose trigger is not on the route
+    start_s: float = 0.0  # the first keypoint's arc length on the first lane
+    goal_s: float = 0.0  # the last keypoint's arc length along the whole route
 
 
 def _nearest_lane(road_map: RoadMap, kp: Keypoint, heading: float | None) -> tuple[str, float, float]:
@@ -212,9 +220,14 @@ def plan_route(route: Route, road_map: RoadMap, max_offset: float = 5.0) -> Rout
         if heading is None:
             a, b = (kp, nxt) if i + 1 < len(points) else (prev, kp)
             heading = math.atan2(b.y - a.y, b.x - a.x)
-        lane_id, _, d = _nearest_lane(road_map, kp, heading)
+        where = f"route {route.id}: keypoint {i} ({kp.x:.1f}, {kp.y:.1f})"
+        try:
+            lane_id, s_on_lane, d = _nearest_lane(road_map, kp, heading)
+        except ValueError:
+            raise ValueError(f"{where} is not near any driving lane") from None
+        if i == 0:
+            start_s = s_on_lane
         if d > max_offset:
-            where = f"route {route.id}: keypoint {i} ({kp.x:.1f}, {kp.y:.1f})"
             raise ValueError(f"{where} is {d:.1f} m from any driving lane")
         offsets.append(d)
         if not lanes:
@@ -241,4 +254,109 @@ def plan_route(route: Route, road_map: RoadMap, max_offset: float = 5.0) -> Rout
             attached.append((sc, float(s)))
         else:
             unplaced.append(sc.name)
-    return RoutePlan(lanes, float(s_line[-1]), offsets, attached, unplaced)
+    last = points[-1]
+    goal_s = float(geo.project(polyline, s_line, np.array([last.x, last.y]))[0])
+    return RoutePlan(lanes, float(s_line[-1]), offsets, attached, unplaced, start_s, goal_s)
+
+
+def route_scenario(route: Route, plan: RoutePlan, map_file: str | Path, road_map: RoadMap, seed: int = 0) -> Scenario:
+    """An embedded-world scenario of a planned route: the ego from the first keypoint to the last,
+    background traffic kept around the ego as it drives (the towns bank's middle density; a fixed pool,
+    so a 10 km route costs what a short one does per step) and a signal plan per junction, drawn from
+    ``seed`` and the route id. The route's Leaderboard scenarios are listed in
+    ``params`` and tagged ``scenario:TYPE``; their behaviours are not played yet."""
+    rng = np.random.default_rng([seed, zlib.crc32(route.id.encode())])
+    first = road_map.lanes[plan.lanes[0]]
+    start = min(max(plan.start_s, 0.0), first.length - 0.5)
+    goal = plan.goal_s - start
+    if goal < 10.0:
+        raise ValueError(f"route {route.id}: its keypoints span only {goal:.1f} m of road")
+    types = sorted({sc.type for sc, _ in plan.scenarios})
+    data = {
+        "id": f"route_{route.id}",
+        "family": "route",
+        "description": f"Route {route.id} on {route.town}: {goal:.0f} m, {len(plan.scenarios)} scenario(s) on it.",
+        "split": "test",
+        "seed": seed,
+        "params": {
+            "route_id": route.id,
+            "town": route.town,
+            "route_m": round(goal, 1),
+            "scenario_types": types,
+            "scenarios_off_route": plan.unplaced,
+        },
+        "map": {"file": str(map_file)},
+        "ego": {
+            "lane": plan.lanes[0],
+            "s": round(start, 3),
+            "speed": 0.0,
+            "route": plan.lanes,
+            "goal_distance": round(goal, 1),
+        },
+        "background": {"density": ROUTE_DENSITY, "radius": 100.0, "max_vehicles": 40},
+        "signals": signal_plans(road_map, rng),
+        "duration_s": round(min(MAX_DURATION_S, time_budget(road_map, plan.lanes, goal)), 1),
+        "tags": ["route", route.town, *[f"scenario:{t}" for t in types]],
+    }
+    return Scenario.model_validate(data)
+
+
+@dataclass(frozen=True)
+class RouteBankSpec:
+    """A route file as a scenario bank: which file, where its towns are, which routes, which seed.
+
+    It travels as a string (``routes:{json}``) wherever a bank name does (env workers, eval configs),
+    and the scenarios are made in memory from the user's file each time: a route file is never
+    converted into files (Bench2Drive's licence forbids derivatives)."""
+
+    file: str
+    maps: tuple[str, ...]
+    route_ids: str | None = None
+    seed: int = 0
+
+    PREFIX = "routes:"
+
+    def to_string(self) -> str:
+        body = {"file": self.file, "maps": list(self.maps), "route_ids": self.route_ids, "seed": self.seed}
+        return self.PREFIX + json.dumps(body, sort_keys=True)
+
+    @classmethod
+    def parse(cls, text: str) -> RouteBankSpec:
+        try:
+            body = json.loads(text[len(cls.PREFIX) :])
+            return cls(
+                str(body["file"]), tuple(map(str, body["maps"])), body.get("route_ids"), int(body.get("seed", 0))
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"not a route bank spec ({e}): {text[:200]!r}") from None
+
+
+_MADE: dict[tuple, tuple[list[Scenario], dict[str, str], str]] = {}  # this process's route banks
+
+
+def shipped_towns() -> Path:
+    """The folder of the towns that ship with LoopDrive (Town01, 02, 04, 06, 10HD)."""
+    return Path(__file__).resolve().parent / "towns"
+
+
+def route_bank(spec: RouteBankSpec) -> tuple[list[Scenario], dict[str, str], str]:
+    """The scenarios of a route file's routes, the routes refused (id -> why: a town not found, a
+    keypoint off the road, a lane change the route would need) and the file's SHA-256."""
+    from scenarios.opendrive.cache import find_town, load_map
+
+    data = Path(spec.file).read_bytes()
+    key = (spec, hashlib.sha256(data).hexdigest())
+    if key in _MADE:
+        return _MADE[key]
+    routes = read_routes(spec.file, parse_route_ids(spec.route_ids) if spec.route_ids else None)
+    scenarios, refused = [], {}
+    for route in routes:
+        try:
+            map_file = find_town(route.town, list(spec.maps))
+            road_map = load_map(map_file)[0]
+            plan = plan_route(route, road_map)
+            scenarios.append(route_scenario(route, plan, map_file.resolve(), road_map, spec.seed))
+        except (ValueError, FileNotFoundError) as e:
+            refused[f"route_{route.id}"] = str(e)
+    _MADE[key] = (scenarios, refused, key[1])
+    return _MADE[key]

@@ -151,6 +151,17 @@ class SignalProgram(_Strict):
     offset: float = 0.0  # seconds into the cycle at t = 0
 
 
+class BackgroundTraffic(_Strict):
+    """Vehicles kept around the ego as it drives (the Leaderboard's background activity): spawned on the
+    driving lanes near the route within ``radius`` of the ego, ``density`` per 100 m of lane, despawned
+    beyond it, each driving IDM on a random path through the junctions."""
+
+    density: float = Field(0.75, ge=0, le=5)
+    radius: float = Field(100.0, ge=30, le=500)
+    max_vehicles: int = Field(40, ge=0, le=200)
+    near_route: float = Field(120.0, ge=10, le=500)  # metres from the route that a lane may be used
+
+
 class SuccessCriteria(_Strict):
     route_completion: float = Field(default=0.95, gt=0, le=1)
     allow_infractions: bool = False
@@ -167,7 +178,8 @@ class Scenario(_Strict):
     ego: EgoSpec
     actors: list[ActorSpec] = Field(default_factory=list)
     signals: dict[str, SignalProgram] = Field(default_factory=dict)
-    duration_s: float = Field(default=30.0, gt=0, le=600)
+    background: BackgroundTraffic | None = None
+    duration_s: float = Field(default=30.0, gt=0, le=3600)  # an hour: the longest Leaderboard routes
     success: SuccessCriteria = Field(default_factory=SuccessCriteria)
     tags: list[str] = Field(default_factory=list)
 

@@ -73,7 +73,7 @@ def _route(road_map: RoadMap, rng: np.random.Generator) -> list[str]:
     raise ValueError("no route of 200-1,000 m found on this map (too small or disconnected?)")
 
 
-def _signal_plans(road_map: RoadMap, rng: np.random.Generator) -> dict[str, dict]:
+def signal_plans(road_map: RoadMap, rng: np.random.Generator) -> dict[str, dict]:
     """Per junction, one approach green at a time (as CARLA cycles a junction's light group): signals
     facing the same way (within 30 degrees) share a slot; each slot is green, yellow, then all-red."""
     by_junction: dict[str, list[str]] = {}
@@ -108,28 +108,32 @@ def _signal_plans(road_map: RoadMap, rng: np.random.Generator) -> dict[str, dict
     return plans
 
 
-def _near(road_map: RoadMap, route: list[str]) -> list[str]:
+def lanes_near(road_map: RoadMap, route: list[str], within: float = NEAR) -> list[str]:
+    """The driving lanes (other than the route's first) that come within ``within`` metres of the route."""
     points = np.concatenate([road_map.lanes[x].centerline for x in route])[::5]
+    lo, hi = points.min(0) - within, points.max(0) + within
     out = []
     for lane in road_map.lanes.values():
         if lane.kind != "driving" or lane.id == route[0]:
             continue
-        d = np.min(np.hypot(*(lane.centerline[:: max(1, len(lane.centerline) // 8), None, :] - points[None]).T))
-        if d < NEAR:
+        sample = lane.centerline[:: max(1, len(lane.centerline) // 8)]
+        if ((sample < lo) | (sample > hi)).any(1).all():
+            continue
+        d = np.min(np.hypot(*(sample[:, None, :] - points[None]).T))
+        if d < within:
             out.append(lane.id)
     return sorted(out)
 
 
-def town_scenario(map_file: str, road_map: RoadMap, seed: int, scenario_id: str, split: str) -> Scenario:
-    """One scenario on ``road_map`` (loaded from ``map_file``, which the scenario names)."""
-    rng = np.random.default_rng(seed)
-    route = _route(road_map, rng)
-    first = road_map.lanes[route[0]]
-    total = sum(road_map.lanes[x].length for x in route)
-    density = float(rng.uniform(*DENSITY))
+def background_traffic(
+    road_map: RoadMap, route: list[str], density: float, rng: np.random.Generator, clear: list[np.ndarray]
+) -> list[dict[str, Any]]:
+    """IDM vehicles on the driving lanes within ``NEAR`` of ``route``, ``density`` per 100 m of lane,
+    each on a random 300 m path through the junctions, at least 15 m from each other and from the
+    points in ``clear`` (the ego's start)."""
     actors: list[dict[str, Any]] = []
-    occupied: list[np.ndarray] = [first.pose_at(2.0)[0]]
-    for lane_id in _near(road_map, route):
+    occupied = list(clear)
+    for lane_id in lanes_near(road_map, route):
         lane = road_map.lanes[lane_id]
         if lane.length < 10.0:
             continue
@@ -143,7 +147,23 @@ def town_scenario(map_file: str, road_map: RoadMap, seed: int, scenario_id: str,
             speed = lane.speed_limit * rng.uniform(0.3, 0.8)
             desired = lane.speed_limit * rng.uniform(0.7, 1.0)
             actors.append(idm_actor(f"car{len(actors)}", lane_id, float(s), speed, path, desired))
+    return actors
+
+
+def time_budget(road_map: RoadMap, route: list[str], length: float) -> float:
+    """Seconds a route gets: 30 s, plus 5 m/s over its length, plus a light cycle per signalised stop."""
     signalled = sum(1 for sl in road_map.stop_lines if sl.signal is not None and sl.lane in set(route))
+    return 30.0 + length / 5.0 + 60.0 * signalled
+
+
+def town_scenario(map_file: str, road_map: RoadMap, seed: int, scenario_id: str, split: str) -> Scenario:
+    """One scenario on ``road_map`` (loaded from ``map_file``, which the scenario names)."""
+    rng = np.random.default_rng(seed)
+    route = _route(road_map, rng)
+    first = road_map.lanes[route[0]]
+    total = sum(road_map.lanes[x].length for x in route)
+    density = float(rng.uniform(*DENSITY))
+    actors = background_traffic(road_map, route, density, rng, [first.pose_at(2.0)[0]])
     data = {
         "id": scenario_id,
         "family": "town",
@@ -160,8 +180,8 @@ def town_scenario(map_file: str, road_map: RoadMap, seed: int, scenario_id: str,
             "goal_distance": round(total - 2.0 - 6.0, 1),
         },
         "actors": actors,
-        "signals": _signal_plans(road_map, rng),
-        "duration_s": round(min(600.0, 30.0 + total / 5.0 + 60.0 * signalled), 1),  # a red light can cost a cycle
+        "signals": signal_plans(road_map, rng),
+        "duration_s": round(min(600.0, time_budget(road_map, route, total)), 1),  # a red light can cost a cycle
         "tags": ["town", Path(map_file).name.split(".")[0]],
     }
     return Scenario.model_validate(data)

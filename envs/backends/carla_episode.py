@@ -124,7 +124,7 @@ class CarlaEpisode:
         o = f.others
         x, y, yaw, speed = (np.concatenate([[v], o[:, i]]) for i, v in enumerate(f.ego))
         length, width = np.concatenate([[f.ego_size[0]], o[:, 4]]), np.concatenate([[f.ego_size[1]], o[:, 5]])
-        return ego_threat(Boxes(x, y, yaw, speed, np.ones(len(x), np.bool_), length, width), 0.3)
+        return ego_threat(Boxes(x, y, yaw, speed, np.ones(len(x), np.bool_), length, width, np.zeros(len(x))), 0.3)
 
     def stop_ahead(self) -> float:
         """Metres from the front bumper to the next line the ego must stop at: a red light's, or a stop

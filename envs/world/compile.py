@@ -18,8 +18,10 @@ from envs.world.paths import PathTable
 from envs.world.state import GREEN, ActorTable, Behaviour, Kind, Motion, SignalState
 from scenarios import geometry as geo
 from scenarios.banks import load_map
+from scenarios.families import idm_actor, random_path
 from scenarios.maps import DRIVABLE_MARGIN, RoadMap
-from scenarios.schema import Scenario
+from scenarios.schema import ActorSpec, BackgroundTraffic, Scenario
+from scenarios.towns import lanes_near
 
 OFFROAD_TOLERANCE = 0.3  # metres (nuPlan's drivable-area tolerance)
 EGO_ID = "ego"
@@ -32,6 +34,19 @@ _BEHAVIOURS = {
     "static": Behaviour.STATIC,
     "replay": Behaviour.REPLAY,
 }
+
+
+@dataclass
+class BackgroundPool:
+    """Where background vehicles may appear (spawn points every ``SPAWN_SPACING`` m on the lanes near
+    the route, each with the path a vehicle spawned there follows) and the actor rows they use."""
+
+    spec: BackgroundTraffic
+    rows: np.ndarray  # actor rows of the pool
+    xy: np.ndarray  # [K, 2] spawn points
+    path: np.ndarray  # [K] path of a vehicle spawned there
+    s: np.ndarray  # [K] its arc length on that path
+    speed_limit: np.ndarray  # [K] the lane's
 
 
 @dataclass
@@ -73,6 +88,8 @@ class CompiledScenario:
     grid: LaneGrid
     drivable: AreaGrid  # drivable area grown by the off-road tolerance, rasterised at 0.1 m
     speed_cap: np.ndarray | None = None  # route speed cap (limit, curvature), filled by the first planner
+    levels: bool = False  # whether paths leave the ground plane (bridges, hills): actors' heights are tracked
+    background: BackgroundPool | None = None  # vehicles spawned and despawned around the ego
     _held_states: tuple[float, float, np.ndarray] | None = field(default=None, repr=False)  # (from, until, states)
 
     def signal_states(self, t: float) -> np.ndarray:
@@ -155,11 +172,15 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
     goal = scn.ego.goal_distance if scn.ego.goal_distance is not None else route_s[-1] - scn.ego.s - 1.0
     goal = float(max(min(goal, route_s[-1] - scn.ego.s - 3.0), 0.5))
 
+    # --- background traffic: its spawn points and paths, and a pool of rows that start inactive ---------
+    pool = _background_pool(scn, road_map, paths, lane_index) if scn.background is not None else None
+    actors = list(scn.actors) + (pool[1] if pool is not None else [])
+
     # --- actors (row 0 = ego) ---------------------------------------------------------------------------
-    n = len(scn.actors) + 1
+    n = len(actors) + 1
     f = lambda v=0.0: np.full(n, v, float)  # noqa: E731
     table = ActorTable(
-        ids=[EGO_ID] + [a.id for a in scn.actors],
+        ids=[EGO_ID] + [a.id for a in actors],
         kind=np.zeros(n, np.int8),
         motion=np.zeros(n, np.int8),
         behaviour=np.zeros(n, np.int8),
@@ -187,7 +208,7 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
     x[0], y[0], yaw[0], speed[0], s[0], path_id[0] = ex[0], ex[1], float(ey), scn.ego.speed, scn.ego.s, route_path
     table.kind[0], table.motion[0] = Kind.EGO, Motion.EGO
 
-    for i, a in enumerate(scn.actors, start=1):
+    for i, a in enumerate(actors, start=1):
         beh = a.behaviour
         table.kind[i] = _KINDS[a.kind]
         table.behaviour[i] = _BEHAVIOURS[beh.type]
@@ -238,6 +259,14 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         x[placed], y[placed], yaw[placed] = px, py, ph
     for i, track in table.replay_tracks.items():
         x[i], y[i], yaw[i] = track[0, 1], track[0, 2], track[0, 3]
+
+    active = np.ones(n, bool)
+    background = None
+    if pool is not None:
+        background = pool[0]
+        background.rows = np.arange(len(scn.actors) + 1, n)
+        active[background.rows] = False  # spawned by the world around the ego
+        x[background.rows] = y[background.rows] = 1e6
 
     motion = table.motion
     idx_walk = np.flatnonzero(motion == Motion.WALK)
@@ -306,7 +335,7 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         lane_in_junction=np.array([road_map.lanes[k].junction is not None for k in lane_ids]),
         actors=table,
         paths=paths,
-        init={"x": x, "y": y, "yaw": yaw, "speed": speed, "s": s, "d": d, "path_id": path_id},
+        init={"x": x, "y": y, "yaw": yaw, "speed": speed, "s": s, "d": d, "path_id": path_id, "active": active},
         idx_path=np.flatnonzero(motion == Motion.PATH),
         idx_lane_members=idx_lane,
         idx_walk=idx_walk,
@@ -333,4 +362,46 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         corridor=corridor,
         grid=grid,
         drivable=drivable,
+        levels=paths.has_heights,
+        background=background,
     )
+
+
+SPAWN_SPACING = 5.0  # metres between the spawn points on a background lane
+
+
+def _background_pool(
+    scn: Scenario, road_map: RoadMap, paths: PathTable, lane_index: dict[str, int]
+) -> tuple[BackgroundPool, list[ActorSpec]] | None:
+    """Spawn points every few metres on the driving lanes near the route, each with a random path from
+    its lane (drawn once, from the scenario's seed), and the pool's actors (IDM vehicles)."""
+    spec = scn.background
+    lanes = [x for x in lanes_near(road_map, scn.ego.route, spec.near_route) if road_map.lanes[x].length > 10.0]
+    if not lanes or spec.max_vehicles == 0:
+        return None
+    rng = np.random.default_rng([scn.seed, 0xB6])
+    xy, path, s_on, speed = [], [], [], []
+    for lane_id in lanes:
+        lane = road_map.lanes[lane_id]
+        p = paths.add_lanes(road_map, random_path(road_map, lane_id, 300.0, rng), lane_index)
+        s = np.arange(3.0, lane.length - 3.0, SPAWN_SPACING)
+        xy.append(
+            np.column_stack([np.interp(s, lane.s, lane.centerline[:, 0]), np.interp(s, lane.s, lane.centerline[:, 1])])
+        )
+        path.append(np.full(len(s), p))
+        s_on.append(s)
+        speed.append(np.full(len(s), lane.speed_limit))
+    pool = BackgroundPool(
+        spec,
+        np.zeros(0, np.int64),
+        np.concatenate(xy),
+        np.concatenate(path),
+        np.concatenate(s_on),
+        np.concatenate(speed),
+    )
+    spare = lanes[0]
+    actors = [
+        ActorSpec.model_validate(idm_actor(f"background{k}", spare, 1.0, 0.0, [spare]))
+        for k in range(spec.max_vehicles)
+    ]
+    return pool, actors

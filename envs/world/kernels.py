@@ -28,10 +28,12 @@ class Boxes(NamedTuple):
     active: np.ndarray
     length: np.ndarray
     width: np.ndarray
+    z: np.ndarray  # height of each actor on its lane (0 on a flat map)
 
 
 GEOMETRIC_RANGE = 45.0  # metres of path ahead searched for the ego / walkers
 SIGNAL_DECEL = 4.0  # m/s^2: stop for yellow only if this is enough
+LEVEL_GAP = 3.0  # metres of height apart: actors on a bridge and under it never meet
 
 
 @njit(cache=True)
@@ -67,6 +69,18 @@ def path_pose(p_xy, p_s, p_h, p_n, path_ids, s, d, out_x, out_y, out_h, rows):
 
 
 @njit(cache=True)
+def path_height(p_z, p_s, p_n, path_ids, s, out):
+    """Height at arc length s on each listed path (linear between points)."""
+    for i in range(len(path_ids)):
+        p = path_ids[i]
+        n = p_n[p]
+        si = min(max(s[i], 0.0), p_s[p, n - 1])
+        k = find_segment(p_s[p], n, si)
+        seg = max(p_s[p, k + 1] - p_s[p, k], 1e-9)
+        out[i] = p_z[p, k] + (si - p_s[p, k]) / seg * (p_z[p, k + 1] - p_z[p, k])
+
+
+@njit(cache=True)
 def idm(v, v0, gap, v_lead, a_max, b, T, s0):
     """Intelligent Driver Model acceleration (Treiber et al. 2000); ``gap`` may be inf."""
     dv = v - v_lead
@@ -98,6 +112,7 @@ def traffic_accel(
     path_id,
     s,
     d,
+    z,
     length,
     width,
     desired,
@@ -179,7 +194,7 @@ def traffic_accel(
         best, v_best = np.inf, 0.0
         for q in range(len(obstacles)):
             o = obstacles[q]
-            if not active[o] or abs(x[o] - x[i]) > 50.0 or abs(y[o] - y[i]) > 50.0:
+            if not active[o] or abs(x[o] - x[i]) > 50.0 or abs(y[o] - y[i]) > 50.0 or abs(z[o] - z[i]) > LEVEL_GAP:
                 continue
             reach = 0.5 * (width[i] + width[o]) + 0.5
             dmin, s_hit, h_hit = np.inf, 0.0, 0.0
@@ -265,7 +280,7 @@ def _separated(a, b):
 @njit(cache=True)
 def ego_contacts(b):
     """Boolean mask of actors whose oriented box overlaps the ego's (row 0); separating axes."""
-    x, y, yaw, length, width, active = b.x, b.y, b.yaw, b.length, b.width, b.active
+    x, y, yaw, length, width, active, z = b.x, b.y, b.yaw, b.length, b.width, b.active, b.z
     n = len(x)
     out = np.zeros(n, np.bool_)
     ego = np.empty((4, 2))
@@ -273,7 +288,7 @@ def ego_contacts(b):
     _corners(x[0], y[0], yaw[0], length[0], width[0], ego)
     r0 = 0.5 * math.sqrt(length[0] ** 2 + width[0] ** 2)
     for j in range(1, n):
-        if not active[j]:
+        if not active[j] or abs(z[j] - z[0]) > LEVEL_GAP:
             continue
         reach = r0 + 0.5 * math.sqrt(length[j] ** 2 + width[j] ** 2)
         dx, dy = x[j] - x[0], y[j] - y[0]
@@ -367,13 +382,13 @@ def route_points_ego(xy, ss, s0, spacing, n, ex, ey, eyaw):
 
 @njit(cache=True)
 def neighbour_features(b, n_max, max_range, out):
-    """Features of the ``n_max`` nearest active actors (ego frame, scaled) written into ``out``."""
+    """Features of the ``n_max`` nearest active actors on the ego's level (ego frame, scaled) into ``out``."""
     x, y, yaw, speed, active, length, width = b.x, b.y, b.yaw, b.speed, b.active, b.length, b.width
     n = len(x)
     c, s = math.cos(yaw[0]), math.sin(yaw[0])
     dist = np.full(n, np.inf)
     for j in range(1, n):
-        if active[j]:
+        if active[j] and abs(b.z[j] - b.z[0]) <= LEVEL_GAP:
             dist[j] = math.hypot(x[j] - x[0], y[j] - y[0])
     order = np.argsort(dist)
     q = 0
@@ -481,7 +496,7 @@ def ego_threat(b, margin):
     c, s = math.cos(yaw[0]), math.sin(yaw[0])
     best_gap, best_ttc = np.inf, np.inf
     for j in range(1, len(x)):
-        if not active[j]:
+        if not active[j] or abs(b.z[j] - b.z[0]) > LEVEL_GAP:
             continue
         dx, dy = x[j] - x[0], y[j] - y[0]
         lon, lat = c * dx + s * dy, -s * dx + c * dy

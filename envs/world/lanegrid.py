@@ -16,6 +16,7 @@ import numpy as np
 import shapely
 from shapely.geometry import Polygon
 
+from envs.world.kernels import LEVEL_GAP
 from envs.world.raster import TiledRaster, rasterise
 from scenarios.maps import RoadMap
 
@@ -25,7 +26,8 @@ HEADING_STEPS = 4096
 
 
 class LaneGrid:
-    """Lane index and lane heading per 0.5 m cell, packed in one int32 (the heading in 4,096 steps)."""
+    """Lane index and lane heading per 0.5 m cell, packed in one int32 (the heading in 4,096 steps),
+    and on a map with heights the lane's height per cell."""
 
     def __init__(self, road_map: RoadMap, lane_index: dict[str, int], resolution: float = 0.5) -> None:
         lanes = list(road_map.lanes.values())
@@ -52,19 +54,30 @@ class LaneGrid:
                 values = lane_index[lane.id] * HEADING_STEPS + _heading_step(lane.heading[:-1])
                 for quad, value in zip(quads, values.tolist()):
                     cv2.fillConvexPoly(canvas["cell"], quad, value)
+                if heights and lane.z is not None:
+                    for quad, z in zip(quads, (0.5 * (lane.z[:-1] + lane.z[1:])).tolist()):
+                        cv2.fillConvexPoly(canvas["z"], quad, z)
             canvas["cell"][junction.astype(bool)] = JUNCTION
 
+        low, high = road_map.height_range()
+        heights = high - low > 0.05  # a map with bridges or hills: each cell keeps its lane's height
+        layers = {"cell": (np.int32, NONE)} | ({"z": (np.float32, 0.0)} if heights else {})
         self.raster: TiledRaster = rasterise(
             (x0 - 5.0, y0 - 5.0, x1 + 5.0, y1 + 5.0),
             resolution,
-            {"cell": (np.int32, NONE)},
+            layers,
             np.array(boxes).reshape(-1, 4),
             paint,
         )
 
-    def lookup(self, x: float, y: float) -> tuple[int, float]:
-        """Lane index (or NONE / JUNCTION) and lane heading at a world point."""
+    def lookup(self, x: float, y: float, z: float | None = None) -> tuple[int, float]:
+        """Lane index (or NONE / JUNCTION) and lane heading at a world point. Where a lane of another
+        level (a bridge over ``z``, a road under it) holds the cell, the answer is JUNCTION: no lane
+        of this level is known there, so no wrong-way or off-route judgement is made."""
         cell = int(self.raster.lookup("cell", x, y))
+        if cell >= 0 and z is not None and "z" in self.raster.layers:
+            if abs(self.raster.lookup("z", x, y) - z) > LEVEL_GAP:
+                return JUNCTION, 0.0
         if cell < 0:
             return cell, 0.0
         lane, step = divmod(cell, HEADING_STEPS)

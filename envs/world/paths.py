@@ -18,6 +18,7 @@ class PathTable:
         self._polylines: list[np.ndarray] = []
         self._lanes: list[list[int]] = []
         self._lane_starts: list[list[float]] = []
+        self._heights: list[np.ndarray | None] = []
         self._keys: dict[tuple, int] = {}
         self.frozen = False
 
@@ -27,6 +28,7 @@ class PathTable:
         lanes: list[int] | None = None,
         lane_starts: list[float] | None = None,
         key: tuple | None = None,
+        z: np.ndarray | None = None,
     ) -> int:
         if key is not None and key in self._keys:
             return self._keys[key]
@@ -34,6 +36,7 @@ class PathTable:
         self._polylines.append(np.asarray(points, float))
         self._lanes.append(lanes or [])
         self._lane_starts.append(lane_starts or [])
+        self._heights.append(None if z is None else np.asarray(z, float))
         if key is not None:
             self._keys[key] = len(self._polylines) - 1
         return len(self._polylines) - 1
@@ -47,10 +50,11 @@ class PathTable:
         for lid in lane_ids:
             starts.append(acc)
             acc += road_map.lanes[lid].length
-        return self.add(pts, [lane_index[x] for x in lane_ids], starts, key)
+        z = road_map.lane_sequence_heights(lane_ids)
+        return self.add(pts, [lane_index[x] for x in lane_ids], starts, key, z)
 
     def freeze(self) -> None:
-        """Pack into padded arrays: xy [P, M, 2], s [P, M], heading [P, M], lane tables [P, K]."""
+        """Pack into padded arrays: xy [P, M, 2], s [P, M], heading [P, M], z [P, M], lane tables [P, K]."""
         self.frozen = True
         P = len(self._polylines)
         M = max((len(p) for p in self._polylines), default=2)
@@ -58,6 +62,7 @@ class PathTable:
         self.xy = np.zeros((P, M, 2))
         self.s = np.zeros((P, M))
         self.heading = np.zeros((P, M))
+        self.z = np.zeros((P, M))  # heights (0 on a flat map)
         self.length = np.zeros(P)
         self.n_points = np.zeros(P, int)
         self.lanes = np.full((P, K), -1, int)
@@ -69,6 +74,8 @@ class PathTable:
             self.s[i, :n], self.s[i, n:] = s, s[-1]
             self.heading[i, :n] = geo.headings(pts)
             self.heading[i, n:] = self.heading[i, n - 1]
+            if self._heights[i] is not None:
+                self.z[i, :n], self.z[i, n:] = self._heights[i], self._heights[i][-1]
             self.length[i] = s[-1]
             self.n_points[i] = n
             k = len(self._lanes[i])
@@ -94,6 +101,17 @@ class PathTable:
             np.arange(n),
         )
         return x, y, h
+
+    @property
+    def has_heights(self) -> bool:
+        """Whether any path leaves the ground plane by more than a few centimetres."""
+        return bool(len(self.z)) and float(np.ptp(self.z)) > 0.05
+
+    def height(self, path: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Height at arc length ``s`` on rows ``path``."""
+        out = np.empty(len(path))
+        kernels.path_height(self.z, self.s, self.n_points, np.asarray(path, np.int64), np.asarray(s, float), out)
+        return out
 
     def lane_at(self, path: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Lane index each actor is on and its arc length within that lane."""

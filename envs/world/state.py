@@ -115,6 +115,7 @@ class WorldState:
     mode: np.ndarray
     mode_t: np.ndarray
     lc_d0: np.ndarray
+    z: np.ndarray  # height on the lane (0 on a flat map): actors more than LEVEL_GAP apart never meet
     steer: float = 0.0
     yaw_rate: float = 0.0
     # ego bookkeeping along its route

@@ -30,6 +30,7 @@ def traffic_accel(c: CompiledScenario, st: WorldState, rows: np.ndarray, sig_sta
         st.path_id,
         st.s,
         st.d,
+        st.z,
         a.length,
         a.width,
         a.desired_speed,

@@ -16,7 +16,7 @@ import numpy as np
 
 from envs.episode_rules import RouteBook, StopLine, collision_event, is_wrong_way, pass_stop_lines
 from envs.world import kernels, traffic
-from envs.world.compile import CompiledScenario, compile_scenario
+from envs.world.compile import SPAWN_SPACING, CompiledScenario, compile_scenario
 from envs.world.lanegrid import JUNCTION, NONE
 from envs.world.state import ACTIVE, DONE, RED, Behaviour, Kind, Mode, WorldState
 from rewards.events import Event, EventKind
@@ -30,6 +30,7 @@ ACCEL_LIMITS = (-8.0, 6.0)
 MAX_STEER = math.radians(45.0)
 MAX_STEER_RATE = 1.2  # rad/s at the road wheels
 MAX_SPEED = 35.0
+BACKGROUND_EVERY = 10  # steps between background-traffic spawn / despawn passes (1 s)
 _KIND_NAMES = {Kind.VEHICLE: "vehicle", Kind.PEDESTRIAN: "pedestrian", Kind.CYCLIST: "vehicle", Kind.STATIC: "static"}
 
 
@@ -54,13 +55,14 @@ class World:
             yaw=init["yaw"].copy(),
             speed=init["speed"].copy(),
             accel=np.zeros(n),
-            active=np.ones(n, bool),
+            active=init["active"].copy(),
             path_id=init["path_id"].copy(),
             s=init["s"].copy(),
             d=init["d"].copy(),
             mode=np.zeros(n, np.int8),
             mode_t=np.zeros(n),
             lc_d0=np.zeros(n),
+            z=np.zeros(n),
             route_s=c.route_start,
             progress=c.route_start,
             in_contact=np.zeros(n, bool),
@@ -70,6 +72,10 @@ class World:
             pending_triggers=int(self._has_trigger[1:].sum()),
         )
         self.log = []
+        if c.background is not None:
+            self._manage_background(start=True)
+        if c.levels:
+            self._update_heights()
         self.state.offroad, _ = self._update_route(full=True)
 
     def snapshot(self) -> dict[str, Any]:
@@ -134,7 +140,7 @@ class World:
     def actor_boxes(self) -> kernels.Boxes:
         """Every actor's box and motion (inactive ones too), as the compiled kernels read them."""
         st, a = self.state, self.compiled.actors
-        return kernels.Boxes(st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width)
+        return kernels.Boxes(st.x, st.y, st.yaw, st.speed, st.active, a.length, a.width, st.z)
 
     def boxes(self) -> dict[str, np.ndarray]:
         """Active actors as boxes (ego first): x, y, yaw, length, width, height, kind, index."""
@@ -167,6 +173,10 @@ class World:
             self._move_path_actors(rows, acc)
         self._move_walkers()
         self._move_replays(st.t + DT)
+        if c.background is not None and st.step % BACKGROUND_EVERY == 0:
+            self._manage_background()
+        if c.levels:
+            self._update_heights()
         st.t = round(st.t + DT, 10)
         st.step += 1
         return self._events(sig)
@@ -241,6 +251,58 @@ class World:
             p.n_points,
         )
 
+    def _manage_background(self, start: bool = False) -> None:
+        """Keep ``density`` vehicles per 100 m of lane within ``radius`` of the ego: despawn those beyond
+        it, spawn the shortfall at free spawn points (the outer half of the radius once driving, so
+        vehicles appear at a distance; anywhere at the start), drawn with the world's RNG."""
+        st, bg = self.state, self.compiled.background
+        spec, rows = bg.spec, bg.rows
+        ex, ey = float(st.x[0]), float(st.y[0])
+        gone = st.active[rows] & (np.hypot(st.x[rows] - ex, st.y[rows] - ey) > spec.radius + 20.0)
+        if gone.any():
+            out = rows[gone]
+            st.active[out], st.x[out], st.y[out], st.speed[out] = False, 1e6, 1e6, 0.0
+        d = np.hypot(bg.xy[:, 0] - ex, bg.xy[:, 1] - ey)
+        around = d < spec.radius
+        wanted = min(len(rows), int(round(spec.density / 100.0 * around.sum() * SPAWN_SPACING)))
+        have = int((st.active[rows] & (np.hypot(st.x[rows] - ex, st.y[rows] - ey) < spec.radius)).sum())
+        free = rows[~st.active[rows]]
+        n = min(wanted - have, len(free))
+        if n <= 0:
+            return
+        lo = 15.0 if start else 0.5 * spec.radius
+        options = np.flatnonzero(around & (d > lo))
+        if not len(options):
+            return
+        options = options[st.rng.permutation(len(options))]
+        busy = np.column_stack([st.x[st.active], st.y[st.active]])
+        spawned = []
+        for k in options:
+            if len(spawned) == n:
+                break
+            if len(busy) and np.min(np.hypot(busy[:, 0] - bg.xy[k, 0], busy[:, 1] - bg.xy[k, 1])) < 12.0:
+                continue
+            r = free[len(spawned)]
+            st.path_id[r], st.s[r], st.d[r] = bg.path[k], bg.s[k], 0.0
+            st.speed[r], st.accel[r], st.mode[r], st.active[r] = 0.6 * bg.speed_limit[k], 0.0, 0, True
+            st.in_contact[r] = False
+            spawned.append(r)
+            busy = np.vstack([busy, bg.xy[k]])
+        if spawned:
+            rows_now = np.array(spawned)
+            x, y, h = self.compiled.paths.pose(st.path_id[rows_now], st.s[rows_now], st.d[rows_now])
+            st.x[rows_now], st.y[rows_now], st.yaw[rows_now] = x, y, h
+
+    def _update_heights(self) -> None:
+        """Heights from the paths: lane-placed actors at their arc length, the ego at its route
+        projection (of the last step: within a step's climb)."""
+        st, c = self.state, self.compiled
+        on_paths = np.flatnonzero(st.path_id >= 0)
+        on_paths = on_paths[on_paths > 0]
+        if len(on_paths):
+            st.z[on_paths] = c.paths.height(st.path_id[on_paths], st.s[on_paths])
+        st.z[0] = c.paths.height(np.array([c.route_path]), np.array([st.route_s]))[0]
+
     def _move_walkers(self) -> None:
         st, c = self.state, self.compiled
         rows = c.idx_walk
@@ -312,7 +374,7 @@ class World:
         events += pass_stop_lines(t, prev_front, front, ego[3], lines, st.stop_done)
 
         # lanes: wrong-way driving and leaving the route's lanes
-        lane, lane_heading = c.grid.lookup(ego[0], ego[1])
+        lane, lane_heading = c.grid.lookup(ego[0], ego[1], float(st.z[0]) if c.levels else None)
         if lane >= 0:
             wrong = is_wrong_way(ego[2], lane_heading, ego[3])
             off_route = not c.corridor[lane]

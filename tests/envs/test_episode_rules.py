@@ -64,3 +64,16 @@ def test_the_route_book_reports_each_infraction_once():
 def test_wrong_way_needs_motion_against_the_lane():
     assert is_wrong_way(math.pi, 0.0, 5.0) and not is_wrong_way(0.1, 0.0, 5.0)
     assert not is_wrong_way(math.pi, 0.0, 0.2) and not is_wrong_way(math.pi, None, 5.0)
+
+
+def test_standing_still_for_180_s_ends_the_route_as_the_leaderboard_does():
+    from envs.interface import is_terminal
+
+    book = RouteBook(goal_distance=100.0)
+    events = []
+    for k in range(2000):  # 200 s: moving for the first 10 s, then standing
+        speed = 5.0 if k < 100 else 0.0
+        events += book.update(0.1 * k, 0.1, 0.5 if speed else 0.0, 50.0, 0.0, speed, False, False)
+    blocked = [e for e in events if e.kind is EventKind.AGENT_BLOCKED]
+    assert len(blocked) == 1 and blocked[0].t == pytest.approx(10.0 + 180.0 - 0.1, abs=0.11)
+    assert is_terminal(blocked, terminate_on_collision=True)

@@ -107,3 +107,49 @@ def test_a_bad_route_file_names_the_file_the_route_and_the_element(tmp_path, tex
     with pytest.raises(RouteFileError) as e:
         read_routes(tmp_path / "bad.xml")
     assert str(e.value).startswith(str(tmp_path / "bad.xml")) and message in str(e.value), str(e.value)
+
+
+def _written_routes(tmp_path) -> Path:
+    """Route 0 of the Leaderboard 1.0 file with an Accident on it, a route on a town nobody has, and one
+    whose keypoint is off the road (a file this test writes: tests never ship others' route files)."""
+    r = read_routes(ROUTES / "lb1_routes_training_town01_04_06.xml", ["0"])[0]
+    points = "".join(f'<waypoint x="{p.x}" y="{p.y}" z="0" yaw="{math.degrees(p.yaw)}"/>' for p in r.keypoints)
+    k = r.keypoints[2]
+    accident = f'<scenario name="Accident_1" type="Accident"><trigger_point x="{k.x}" y="{k.y}" z="0"/></scenario>'
+    off = '<waypoint x="5000" y="5000" z="0" yaw="0"/><waypoint x="5010" y="5000" z="0" yaw="0"/>'
+    (tmp_path / "routes.xml").write_text(
+        f'<routes><route id="0" town="Town01">{points}<scenarios>{accident}</scenarios></route>'
+        f'<route id="1" town="Town99">{points}</route><route id="2" town="Town01">{off}</route></routes>'
+    )
+    return tmp_path / "routes.xml"
+
+
+def test_a_route_file_is_a_bank_made_in_memory_with_the_refused_routes_named(tmp_path):
+    from scenarios import load_bank
+    from scenarios.routes import RouteBankSpec
+
+    spec = RouteBankSpec(str(_written_routes(tmp_path)), (str(TOWNS),))
+    assert RouteBankSpec.parse(spec.to_string()) == spec
+    bank = load_bank(spec.to_string())
+    assert [s.id for s in bank.scenarios] == ["route_0"] and bank.manifest.families == ["route"]
+    assert "no Town99.xodr" in bank.refused["route_1"] and "route 2: keypoint 0" in bank.refused["route_2"]
+    scn = bank.scenarios[0]
+    assert scn.params["scenario_types"] == ["Accident"] and "scenario:Accident" in scn.tags
+    assert scn.ego.goal_distance > 500 and scn.background is not None and scn.signals
+    assert list(tmp_path.iterdir()) == [tmp_path / "routes.xml"]  # nothing written: a route file is never converted
+    assert load_bank(spec.to_string()).scenarios[0] == scn  # the same scenarios each time (seeded by route id)
+    assert load_bank(RouteBankSpec(spec.file, spec.maps, "1").to_string()).scenarios == []
+
+
+def test_loopdrive_eval_runs_a_route_file_and_resumes(tmp_path):
+    from evaluation import EvalConfig, evaluate
+
+    config = EvalConfig(
+        routes=str(_written_routes(tmp_path)), agent="expert", rigs=["front_only"], camera_size=(32, 64)
+    )
+    summary = evaluate(config, tmp_path / "run", progress=False, write_report=False)
+    assert summary["episodes"]["total"] == 1 and summary["suites"]["leaderboard"]["mean"] > 90
+    assert set(summary["routes"]["refused"]) == {"route_1", "route_2"}
+    assert summary["routes"]["scenario_types_not_played"] == ["Accident"]
+    again = evaluate(config, tmp_path / "run", progress=False, write_report=False)  # nothing left to run
+    assert again["suites"]["leaderboard"] == summary["suites"]["leaderboard"]
