@@ -35,6 +35,7 @@ class Seen:
     s: float  # arc length of its centre on the ego route
     lat: float  # lateral offset from the route centreline (left +)
     v_along: float  # speed along the route direction (negative = oncoming)
+    v_lat: float  # speed across it (left +)
     speed: float
     length: float
     width: float
@@ -81,6 +82,7 @@ class Expert(BaseAgent):
                 continue
             seg_h = math.atan2(pts[k + 1, 1] - pts[k, 1], pts[k + 1, 0] - pts[k, 0])
             v_along = float(st.speed[j] * math.cos(st.yaw[j] - seg_h))
+            v_lat = float(st.speed[j] * math.sin(st.yaw[j] - seg_h))
             static = a.kind[j] == STATIC or a.behaviour[j] == 4
             out.append(
                 Seen(
@@ -90,6 +92,7 @@ class Expert(BaseAgent):
                     float(s),
                     float(lat),
                     v_along,
+                    v_lat,
                     float(st.speed[j]),
                     float(a.length[j]),
                     float(a.width[j]),
@@ -146,7 +149,7 @@ class Expert(BaseAgent):
         for o in seen:
             if o.kind != PEDESTRIAN or o.s < s_ego - 1.0:
                 continue
-            moving_in = o.speed > 0.2
+            moving_in = (o.lat - self.offset) * o.v_lat < -0.2 * abs(o.lat - self.offset)  # towards my path
             near = abs(o.lat - self.offset) < corridor + (3.5 if moving_in else 0.8)
             if near:
                 gap = o.s - s_ego - ego_len / 2 - 2.0

@@ -31,6 +31,7 @@ from scenarios.towns import route_between, signal_plans, time_budget
 
 ATTACH_DISTANCE, ATTACH_ANGLE = 2.0, math.radians(10.0)
 ROUTE_DENSITY = 0.75  # background vehicles per 100 m of lane near the route (the towns bank's middle)
+ROUTE_PEDESTRIANS = 2.0  # background pedestrians per 100 m of sidewalk
 MAX_DURATION_S = 3600.0
 MAX_BYTES = 64 * 2**20
 
@@ -293,7 +294,13 @@ def route_scenario(route: Route, plan: RoutePlan, map_file: str | Path, road_map
             "route": plan.lanes,
             "goal_distance": round(goal, 1),
         },
-        "background": {"density": ROUTE_DENSITY, "radius": 100.0, "max_vehicles": 40},
+        "background": {
+            "density": ROUTE_DENSITY,
+            "radius": 100.0,
+            "max_vehicles": 40,
+            "pedestrians": ROUTE_PEDESTRIANS,
+            "max_pedestrians": 20,
+        },
         "signals": signal_plans(road_map, rng),
         "duration_s": round(min(MAX_DURATION_S, time_budget(road_map, plan.lanes, goal)), 1),
         "tags": ["route", route.town, *[f"scenario:{t}" for t in types]],

@@ -152,13 +152,16 @@ class SignalProgram(_Strict):
 
 
 class BackgroundTraffic(_Strict):
-    """Vehicles kept around the ego as it drives (the Leaderboard's background activity): spawned on the
-    driving lanes near the route within ``radius`` of the ego, ``density`` per 100 m of lane, despawned
-    beyond it, each driving IDM on a random path through the junctions."""
+    """Vehicles (and pedestrians) kept around the ego as it drives (the Leaderboard's background
+    activity): spawned on the driving lanes (sidewalks, crosswalks) near the route within ``radius`` of
+    the ego, ``density`` per 100 m of lane, despawned beyond it; vehicles drive IDM on random paths
+    through the junctions, pedestrians walk the sidewalks or cross."""
 
     density: float = Field(0.75, ge=0, le=5)
     radius: float = Field(100.0, ge=30, le=500)
     max_vehicles: int = Field(40, ge=0, le=200)
+    pedestrians: float = Field(0.0, ge=0, le=20)  # per 100 m of sidewalk; some cross at crosswalks
+    max_pedestrians: int = Field(0, ge=0, le=200)
     near_route: float = Field(120.0, ge=10, le=500)  # metres from the route that a lane may be used
 
 

@@ -108,13 +108,13 @@ def signal_plans(road_map: RoadMap, rng: np.random.Generator) -> dict[str, dict]
     return plans
 
 
-def lanes_near(road_map: RoadMap, route: list[str], within: float = NEAR) -> list[str]:
-    """The driving lanes (other than the route's first) that come within ``within`` metres of the route."""
+def lanes_near(road_map: RoadMap, route: list[str], within: float = NEAR, kind: str = "driving") -> list[str]:
+    """The lanes of ``kind`` (other than the route's first) that come within ``within`` metres of the route."""
     points = np.concatenate([road_map.lanes[x].centerline for x in route])[::5]
     lo, hi = points.min(0) - within, points.max(0) + within
     out = []
     for lane in road_map.lanes.values():
-        if lane.kind != "driving" or lane.id == route[0]:
+        if lane.kind != kind or lane.id == route[0]:
             continue
         sample = lane.centerline[:: max(1, len(lane.centerline) // 8)]
         if ((sample < lo) | (sample > hi)).any(1).all():

@@ -20,7 +20,7 @@ from scenarios import geometry as geo
 from scenarios.banks import load_map
 from scenarios.families import idm_actor, random_path
 from scenarios.maps import DRIVABLE_MARGIN, RoadMap
-from scenarios.schema import ActorSpec, BackgroundTraffic, Scenario
+from scenarios.schema import ActorSpec, Scenario
 from scenarios.towns import lanes_near
 
 OFFROAD_TOLERANCE = 0.3  # metres (nuPlan's drivable-area tolerance)
@@ -38,15 +38,16 @@ _BEHAVIOURS = {
 
 @dataclass
 class BackgroundPool:
-    """Where background vehicles may appear (spawn points every ``SPAWN_SPACING`` m on the lanes near
-    the route, each with the path a vehicle spawned there follows) and the actor rows they use."""
+    """Where background actors of one kind may appear (spawn points every ``SPAWN_SPACING`` m on the
+    lanes near the route, each with the path an actor spawned there follows) and the rows they use."""
 
-    spec: BackgroundTraffic
     rows: np.ndarray  # actor rows of the pool
     xy: np.ndarray  # [K, 2] spawn points
-    path: np.ndarray  # [K] path of a vehicle spawned there
+    path: np.ndarray  # [K] path of an actor spawned there
     s: np.ndarray  # [K] its arc length on that path
-    speed_limit: np.ndarray  # [K] the lane's
+    speed: np.ndarray  # [K] its speed when it appears
+    density: float  # actors per 100 m of the lanes the spawn points lie on
+    walking: bool  # pedestrians (walk their path) rather than vehicles (IDM)
 
 
 @dataclass
@@ -89,7 +90,8 @@ class CompiledScenario:
     drivable: AreaGrid  # drivable area grown by the off-road tolerance, rasterised at 0.1 m
     speed_cap: np.ndarray | None = None  # route speed cap (limit, curvature), filled by the first planner
     levels: bool = False  # whether paths leave the ground plane (bridges, hills): actors' heights are tracked
-    background: BackgroundPool | None = None  # vehicles spawned and despawned around the ego
+    background: tuple[BackgroundPool, ...] = ()  # actors spawned and despawned around the ego
+    background_radius: float = 0.0
     _held_states: tuple[float, float, np.ndarray] | None = field(default=None, repr=False)  # (from, until, states)
 
     def signal_states(self, t: float) -> np.ndarray:
@@ -172,9 +174,9 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
     goal = scn.ego.goal_distance if scn.ego.goal_distance is not None else route_s[-1] - scn.ego.s - 1.0
     goal = float(max(min(goal, route_s[-1] - scn.ego.s - 3.0), 0.5))
 
-    # --- background traffic: its spawn points and paths, and a pool of rows that start inactive ---------
-    pool = _background_pool(scn, road_map, paths, lane_index) if scn.background is not None else None
-    actors = list(scn.actors) + (pool[1] if pool is not None else [])
+    # --- background traffic: spawn points and paths, and pools of rows that start inactive -------------
+    pools, extra = _background_pools(scn, road_map, paths, lane_index) if scn.background is not None else ([], [])
+    actors = list(scn.actors) + extra
 
     # --- actors (row 0 = ego) ---------------------------------------------------------------------------
     n = len(actors) + 1
@@ -261,12 +263,10 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         x[i], y[i], yaw[i] = track[0, 1], track[0, 2], track[0, 3]
 
     active = np.ones(n, bool)
-    background = None
-    if pool is not None:
-        background = pool[0]
-        background.rows = np.arange(len(scn.actors) + 1, n)
-        active[background.rows] = False  # spawned by the world around the ego
-        x[background.rows] = y[background.rows] = 1e6
+    for pool in pools:  # spawned by the world around the ego
+        active[pool.rows] = False
+        x[pool.rows] = y[pool.rows] = 1e6
+        table.trigger_time[pool.rows] = np.inf
 
     motion = table.motion
     idx_walk = np.flatnonzero(motion == Motion.WALK)
@@ -363,45 +363,79 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         grid=grid,
         drivable=drivable,
         levels=paths.has_heights,
-        background=background,
+        background=tuple(pools),
+        background_radius=scn.background.radius if scn.background is not None else 0.0,
     )
 
 
 SPAWN_SPACING = 5.0  # metres between the spawn points on a background lane
+WALK_SPEED = 1.3  # m/s of background pedestrians
 
 
-def _background_pool(
+def _background_pools(
     scn: Scenario, road_map: RoadMap, paths: PathTable, lane_index: dict[str, int]
-) -> tuple[BackgroundPool, list[ActorSpec]] | None:
-    """Spawn points every few metres on the driving lanes near the route, each with a random path from
-    its lane (drawn once, from the scenario's seed), and the pool's actors (IDM vehicles)."""
+) -> tuple[list[BackgroundPool], list[ActorSpec]]:
+    """The vehicle pool (spawn points on the driving lanes near the route) and the pedestrian pool
+    (on the sidewalks near the route, and at both ends of its crosswalks), each spawn point with the
+    path an actor spawned there follows (drawn once, from the scenario's seed), and their actors."""
     spec = scn.background
-    lanes = [x for x in lanes_near(road_map, scn.ego.route, spec.near_route) if road_map.lanes[x].length > 10.0]
-    if not lanes or spec.max_vehicles == 0:
-        return None
     rng = np.random.default_rng([scn.seed, 0xB6])
-    xy, path, s_on, speed = [], [], [], []
-    for lane_id in lanes:
-        lane = road_map.lanes[lane_id]
-        p = paths.add_lanes(road_map, random_path(road_map, lane_id, 300.0, rng), lane_index)
-        s = np.arange(3.0, lane.length - 3.0, SPAWN_SPACING)
-        xy.append(
-            np.column_stack([np.interp(s, lane.s, lane.centerline[:, 0]), np.interp(s, lane.s, lane.centerline[:, 1])])
-        )
-        path.append(np.full(len(s), p))
-        s_on.append(s)
-        speed.append(np.full(len(s), lane.speed_limit))
-    pool = BackgroundPool(
-        spec,
-        np.zeros(0, np.int64),
-        np.concatenate(xy),
-        np.concatenate(path),
-        np.concatenate(s_on),
-        np.concatenate(speed),
-    )
-    spare = lanes[0]
-    actors = [
-        ActorSpec.model_validate(idm_actor(f"background{k}", spare, 1.0, 0.0, [spare]))
-        for k in range(spec.max_vehicles)
-    ]
-    return pool, actors
+    pools, actors = [], []
+
+    def spawn_points(kind: str, length: float) -> tuple[list, list, list, list]:
+        xy, path, s_on, speed = [], [], [], []
+        for lane_id in lanes_near(road_map, scn.ego.route, spec.near_route, kind):
+            lane = road_map.lanes[lane_id]
+            if lane.length <= 10.0:
+                continue
+            p = paths.add_lanes(road_map, random_path(road_map, lane_id, length, rng), lane_index)
+            s = np.arange(3.0, lane.length - 3.0, SPAWN_SPACING)
+            centre = lane.centerline
+            xy.append(np.column_stack([np.interp(s, lane.s, centre[:, 0]), np.interp(s, lane.s, centre[:, 1])]))
+            path.append(np.full(len(s), p))
+            s_on.append(s)
+            speed.append(np.full(len(s), 0.6 * lane.speed_limit if kind == "driving" else WALK_SPEED))
+        return xy, path, s_on, speed
+
+    if spec.max_vehicles > 0:
+        xy, path, s_on, speed = spawn_points("driving", 300.0)
+        if xy:
+            rows = len(scn.actors) + 1 + np.arange(spec.max_vehicles)
+            pools.append(
+                BackgroundPool(rows, *(np.concatenate(v) for v in (xy, path, s_on, speed)), spec.density, False)
+            )
+            spare = scn.ego.route[0]  # (a placeholder: the world gives each its path when it appears)
+            actors += [
+                ActorSpec.model_validate(idm_actor(f"background{k}", spare, 1.0, 0.0, [spare]))
+                for k in range(spec.max_vehicles)
+            ]
+    if spec.max_pedestrians > 0:
+        xy, path, s_on, speed = spawn_points("sidewalk", 150.0)
+        near = np.concatenate([road_map.lanes[x].centerline for x in scn.ego.route])[::5]
+        crossings = 0
+        for cw in road_map.crosswalks:
+            p = cw.polygon
+            ends = (0.5 * (p[0] + p[1]), 0.5 * (p[3] + p[2]))
+            if np.min(np.hypot(*(near - ends[0]).T)) > spec.near_route:
+                continue
+            for a, b in (ends, ends[::-1]):  # cross from either side
+                xy.append(a[None])
+                path.append(np.array([paths.add(np.stack([a, b]))]))
+                s_on.append(np.zeros(1))
+                speed.append(np.full(1, WALK_SPEED))
+                crossings += 1
+        if xy:
+            first = len(scn.actors) + 1 + len(actors)
+            rows = first + np.arange(spec.max_pedestrians)
+            pools.append(
+                BackgroundPool(rows, *(np.concatenate(v) for v in (xy, path, s_on, speed)), spec.pedestrians, True)
+            )
+            walker = {"kind": "pedestrian", "length": 0.5, "width": 0.6, "height": 1.8, "position": [0.0, 0.0, 0.0]}
+            actors += [
+                ActorSpec.model_validate(
+                    walker
+                    | {"id": f"walker{k}", "behaviour": {"type": "walk", "path": [[0, 0], [1, 0]], "speed": WALK_SPEED}}
+                )
+                for k in range(spec.max_pedestrians)
+            ]
+    return pools, actors

@@ -72,7 +72,7 @@ class World:
             pending_triggers=int(self._has_trigger[1:].sum()),
         )
         self.log = []
-        if c.background is not None:
+        if c.background:
             self._manage_background(start=True)
         if c.levels:
             self._update_heights()
@@ -173,7 +173,7 @@ class World:
             self._move_path_actors(rows, acc)
         self._move_walkers()
         self._move_replays(st.t + DT)
-        if c.background is not None and st.step % BACKGROUND_EVERY == 0:
+        if c.background and st.step % BACKGROUND_EVERY == 0:
             self._manage_background()
         if c.levels:
             self._update_heights()
@@ -252,46 +252,50 @@ class World:
         )
 
     def _manage_background(self, start: bool = False) -> None:
-        """Keep ``density`` vehicles per 100 m of lane within ``radius`` of the ego: despawn those beyond
-        it, spawn the shortfall at free spawn points (the outer half of the radius once driving, so
-        vehicles appear at a distance; anywhere at the start), drawn with the world's RNG."""
-        st, bg = self.state, self.compiled.background
-        spec, rows = bg.spec, bg.rows
+        """Keep each background pool at its density (actors per 100 m of its lanes within the radius of
+        the ego): despawn those beyond the radius, spawn the shortfall at free spawn points (the outer
+        half of the radius once driving, so they appear at a distance; anywhere at the start), drawn
+        with the world's RNG."""
+        st, c = self.state, self.compiled
+        radius = c.background_radius
         ex, ey = float(st.x[0]), float(st.y[0])
-        gone = st.active[rows] & (np.hypot(st.x[rows] - ex, st.y[rows] - ey) > spec.radius + 20.0)
-        if gone.any():
-            out = rows[gone]
-            st.active[out], st.x[out], st.y[out], st.speed[out] = False, 1e6, 1e6, 0.0
-        d = np.hypot(bg.xy[:, 0] - ex, bg.xy[:, 1] - ey)
-        around = d < spec.radius
-        wanted = min(len(rows), int(round(spec.density / 100.0 * around.sum() * SPAWN_SPACING)))
-        have = int((st.active[rows] & (np.hypot(st.x[rows] - ex, st.y[rows] - ey) < spec.radius)).sum())
-        free = rows[~st.active[rows]]
-        n = min(wanted - have, len(free))
-        if n <= 0:
-            return
-        lo = 15.0 if start else 0.5 * spec.radius
-        options = np.flatnonzero(around & (d > lo))
-        if not len(options):
-            return
-        options = options[st.rng.permutation(len(options))]
+        for pool in c.background:
+            rows = pool.rows
+            dist = np.hypot(st.x[rows] - ex, st.y[rows] - ey)
+            gone = st.active[rows] & (dist > radius + 20.0)
+            if gone.any():
+                out = rows[gone]
+                st.active[out], st.x[out], st.y[out], st.speed[out] = False, 1e6, 1e6, 0.0
+            d = np.hypot(pool.xy[:, 0] - ex, pool.xy[:, 1] - ey)
+            around = d < radius
+            wanted = min(len(rows), int(round(pool.density / 100.0 * around.sum() * SPAWN_SPACING)))
+            have = int((st.active[rows] & (dist < radius)).sum())
+            free = rows[~st.active[rows]]
+            n = min(wanted - have, len(free))
+            if n > 0:
+                options = np.flatnonzero(around & (d > (15.0 if start else 0.5 * radius)))
+                self._spawn(pool, free[:n], options[st.rng.permutation(len(options))])
+
+    def _spawn(self, pool, rows: np.ndarray, options: np.ndarray) -> None:
+        """Place ``rows`` at the first of ``options`` (spawn points) with nobody within 12 m (a vehicle)
+        or 2 m (a pedestrian)."""
+        st = self.state
+        clear = 2.0 if pool.walking else 12.0
         busy = np.column_stack([st.x[st.active], st.y[st.active]])
-        spawned = []
+        placed = []
         for k in options:
-            if len(spawned) == n:
+            if len(placed) == len(rows):
                 break
-            if len(busy) and np.min(np.hypot(busy[:, 0] - bg.xy[k, 0], busy[:, 1] - bg.xy[k, 1])) < 12.0:
+            if len(busy) and np.min(np.hypot(busy[:, 0] - pool.xy[k, 0], busy[:, 1] - pool.xy[k, 1])) < clear:
                 continue
-            r = free[len(spawned)]
-            st.path_id[r], st.s[r], st.d[r] = bg.path[k], bg.s[k], 0.0
-            st.speed[r], st.accel[r], st.mode[r], st.active[r] = 0.6 * bg.speed_limit[k], 0.0, 0, True
-            st.in_contact[r] = False
-            spawned.append(r)
-            busy = np.vstack([busy, bg.xy[k]])
-        if spawned:
-            rows_now = np.array(spawned)
-            x, y, h = self.compiled.paths.pose(st.path_id[rows_now], st.s[rows_now], st.d[rows_now])
-            st.x[rows_now], st.y[rows_now], st.yaw[rows_now] = x, y, h
+            r = rows[len(placed)]
+            st.path_id[r], st.s[r], st.d[r], st.speed[r], st.accel[r] = pool.path[k], pool.s[k], 0.0, pool.speed[k], 0.0
+            st.mode[r], st.active[r], st.in_contact[r] = (ACTIVE if pool.walking else 0), True, False
+            placed.append(r)
+            busy = np.vstack([busy, pool.xy[k]])
+        if placed:
+            now = np.array(placed)
+            st.x[now], st.y[now], st.yaw[now] = self.compiled.paths.pose(st.path_id[now], st.s[now], st.d[now])
 
     def _update_heights(self) -> None:
         """Heights from the paths: lane-placed actors at their arc length, the ego at its route

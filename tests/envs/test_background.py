@@ -3,6 +3,8 @@ beyond it, a fixed pool of rows, deterministic and branchable like everything el
 
 import numpy as np
 import pytest
+from shapely.geometry import Point, Polygon
+from shapely.ops import unary_union
 
 from envs import World
 from scenarios import load_bank
@@ -19,7 +21,8 @@ def town_route():
 
 def test_vehicles_come_and_go_around_the_ego_as_it_drives(town_route):
     w = World(town_route)
-    rows = w.compiled.background.rows
+    (vehicles,) = w.compiled.background
+    rows = vehicles.rows
     assert len(rows) == 30 and w.compiled.actors.n == 31  # the pool is all there is: the cost never grows
     at_start = set(rows[w.state.active[rows]].tolist())
     assert 3 <= len(at_start) <= 30
@@ -54,3 +57,26 @@ def test_background_traffic_is_deterministic_and_branches_exactly(town_route):
     other = World(town_route, seed=4)
     drive_world(other, lambda w: route_plan(w, 8.0), 20.0)
     assert not np.array_equal(other.state.active, b.state.active) or not np.array_equal(other.state.x, b.state.x)
+
+
+def test_pedestrians_walk_the_sidewalks_and_cross_at_crosswalks():
+    """Town10HD has crosswalks: walkers appear on its sidewalks near the ego, walk at their pace, and
+    some start at a crosswalk's end, crossing the road."""
+    scn = next(s for s in load_bank("towns", split="test").scenarios if "Town10HD" in s.tags)
+    spec = {"density": 0.5, "max_vehicles": 10, "pedestrians": 3.0, "max_pedestrians": 25, "radius": 80.0}
+    w = World(scn.model_validate(scn.model_dump(mode="json") | {"actors": [], "background": spec}))
+    cars, walkers = w.compiled.background
+    assert walkers.walking and not cars.walking and len(walkers.rows) == 25
+    assert (walkers.s == 0).sum() >= 2  # crosswalk starts (a crossing path starts at its end)
+    road_map = w.compiled.road_map
+    sidewalks = [lane.polygon.buffer(0.5) for lane in road_map.lanes.values() if lane.kind == "sidewalk"]
+    crossings = [Polygon(cw.polygon).buffer(1.0) for cw in road_map.crosswalks]
+    where = unary_union(sidewalks + crossings)
+    live = walkers.rows[w.state.active[walkers.rows]]
+    assert len(live) >= 5
+    start = np.column_stack([w.state.x[live], w.state.y[live]])
+    assert all(where.contains(Point(*p)) for p in start)
+    drive_world(w, lambda w: route_plan(w, 0.0), 5.0)  # the ego waits; the walkers walk
+    moved = np.hypot(w.state.x[live] - start[:, 0], w.state.y[live] - start[:, 1])
+    walking = w.state.active[live]
+    assert np.median(moved[walking]) == pytest.approx(1.3 * 5.0, abs=1.0)
