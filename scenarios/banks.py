@@ -108,10 +108,14 @@ def check_references(scn: Scenario, road_map: RoadMap) -> list[str]:
         out.append(
             f"ego.s: {scn.ego.s} is beyond the end of lane {scn.ego.lane!r} ({lanes[scn.ego.lane].length:.1f} m)"
         )
-    for i, lane_id in enumerate(scn.ego.route):
-        if lane_ok(lane_id, f"ego.route[{i}]") and i > 0 and scn.ego.route[i - 1] in lanes:
-            if lane_id not in lanes[scn.ego.route[i - 1]].successors:
-                out.append(f"ego.route[{i}]: lane {lane_id!r} does not follow {scn.ego.route[i - 1]!r}")
+    route = scn.ego.route
+    for i, lane_id in enumerate(route):
+        if lane_ok(lane_id, f"ego.route[{i}]") and i > 0 and route[i - 1] in lanes:
+            change = road_map.is_lane_change(route[i - 1], lane_id)
+            if lane_id not in lanes[route[i - 1]].successors and not change:
+                out.append(f"ego.route[{i}]: lane {lane_id!r} neither follows {route[i - 1]!r} nor lies beside it")
+            elif change and i > 1 and route[i - 2] in lanes and road_map.is_lane_change(route[i - 2], route[i - 1]):
+                out.append(f"ego.route[{i}]: a second lane change in a row (one per lane)")
     for k, a in enumerate(scn.actors):
         where = f"actors[{k}]"
         if a.lane is not None and lane_ok(a.lane, f"{where}.lane") and a.s > lanes[a.lane].length:

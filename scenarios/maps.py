@@ -167,6 +167,20 @@ class StopLine:
     signal: str | None = None
 
 
+def _with_height(lane: Lane) -> np.ndarray:
+    """[N, 3] centreline points with their heights (0 where the lane is flat)."""
+    return np.column_stack([lane.centerline, lane.z if lane.z is not None else np.zeros(len(lane.centerline))])
+
+
+def _blend(piece: np.ndarray, t: np.ndarray, into: Lane) -> np.ndarray:
+    """Points moving from ``piece`` (at fractions ``t`` of its length) onto ``into`` at the same fractions."""
+    other = _with_height(into)
+    at = t * into.length
+    there = np.column_stack([np.interp(at, into.s, other[:, j]) for j in range(3)])
+    w = (t * t * (3.0 - 2.0 * t))[:, None]
+    return (1.0 - w) * piece + w * there
+
+
 @dataclass
 class Crosswalk:
     id: str
@@ -245,20 +259,49 @@ class RoadMap:
         z = np.concatenate(heights)
         return float(z.min()), float(z.max())
 
+    def is_lane_change(self, a: str, b: str) -> bool:
+        """Whether ``b`` is a same-direction neighbour of ``a``: a route may change into it along ``a``."""
+        lane = self.lanes[a]
+        return b in (lane.left, lane.right)
+
+    def lane_sequence(self, lane_ids: list[str]) -> tuple[np.ndarray, np.ndarray | None, list[float]]:
+        """The centreline of consecutive lanes (a route, an actor's path) as (x, y) points, their heights
+        (None where every lane is flat) and where each lane starts along it. A lane followed by its
+        neighbour is a lane change: the line blends from the one centre into the other along the
+        lane (a smoothstep over its length), and both lanes start where the blend does."""
+        pieces, owners = [], []  # owners: how many lanes each piece stands for (2 for a lane change)
+        flat = all(self.lanes[i].z is None for i in lane_ids)
+        k = 0
+        while k < len(lane_ids):
+            lane = self.lanes[lane_ids[k]]
+            piece = _with_height(lane)
+            if k + 1 < len(lane_ids) and self.is_lane_change(lane_ids[k], lane_ids[k + 1]):
+                pieces.append(_blend(piece, lane.s / max(lane.length, 1e-9), self.lanes[lane_ids[k + 1]]))
+                owners.append(2)
+                k += 2
+            else:
+                pieces.append(piece)
+                owners.append(1)
+                k += 1
+        line = geo.chain(*pieces)
+        # where each piece begins on the joined line (a joint shared with the previous piece is dropped;
+        # a gap the lane links leave, as some CARLA towns have, is a segment of the line)
+        first, count = [], 0
+        for j, piece in enumerate(pieces):
+            shared = j > 0 and np.allclose(piece[0, :2], pieces[j - 1][-1, :2], atol=1e-6)
+            first.append(count - 1 if shared else count)
+            count += len(piece) - (1 if shared else 0)
+        s_line = geo.arc_lengths(line[:, :2])
+        starts = [float(s_line[i]) for i, n in zip(first, owners) for _ in range(n)]
+        return line[:, :2].copy(), None if flat else line[:, 2].copy(), starts
+
     def lane_sequence_polyline(self, lane_ids: list[str]) -> np.ndarray:
-        """Concatenated centreline of consecutive lanes (a route or an actor's path)."""
-        return geo.chain(*[self.lanes[i].centerline for i in lane_ids])
+        """Concatenated centreline of consecutive lanes (see :meth:`lane_sequence`)."""
+        return self.lane_sequence(lane_ids)[0]
 
     def lane_sequence_heights(self, lane_ids: list[str]) -> np.ndarray | None:
         """Heights at the points of ``lane_sequence_polyline`` (None where every lane is flat)."""
-        lanes = [self.lanes[i] for i in lane_ids]
-        if all(lane.z is None for lane in lanes):
-            return None
-        pieces = [
-            np.column_stack([lane.centerline, lane.z if lane.z is not None else np.zeros(len(lane.centerline))])
-            for lane in lanes
-        ]
-        return geo.chain(*pieces)[:, 2]
+        return self.lane_sequence(lane_ids)[1]
 
     def follow(self, start: str, min_length: float, choose: int = 0) -> list[str]:
         """Lane ids from ``start`` along successors until ``min_length`` metres are covered."""

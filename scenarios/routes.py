@@ -33,6 +33,7 @@ ATTACH_DISTANCE, ATTACH_ANGLE = 2.0, math.radians(10.0)
 ROUTE_DENSITY = 0.75  # background vehicles per 100 m of lane near the route (the towns bank's middle)
 ROUTE_PEDESTRIANS = 2.0  # background pedestrians per 100 m of sidewalk
 MAX_DURATION_S = 3600.0
+LANE_CHANGE_COST = 30.0  # metres a lane change costs the route planner (it prefers to stay in lane)
 MAX_BYTES = 64 * 2**20
 
 
@@ -194,20 +195,6 @@ def _nearest_lane(road_map: RoadMap, kp: Keypoint, heading: float | None) -> tup
     return lane_id, s, d
 
 
-def _beside(road_map: RoadMap, a: str, b: str) -> bool:
-    """Whether ``b`` is reachable from ``a`` by lane changes into same-direction neighbours."""
-    seen, todo = {a}, [a]
-    while todo:
-        lane = road_map.lanes[todo.pop()]
-        for n in (lane.left, lane.right):
-            if n is not None and n not in seen:
-                if n == b:
-                    return True
-                seen.add(n)
-                todo.append(n)
-    return False
-
-
 def plan_route(route: Route, road_map: RoadMap, max_offset: float = 5.0) -> RoutePlan:
     """Densify ``route`` on ``road_map``: a ``ValueError`` names the keypoint that is off every lane or the pair
     no lane path connects."""
@@ -234,12 +221,11 @@ def plan_route(route: Route, road_map: RoadMap, max_offset: float = 5.0) -> Rout
         if not lanes:
             lanes.append(lane_id)
         elif lane_id != lanes[-1]:
-            path = route_between(road_map, lanes[-1], lane_id)
+            changed = len(lanes) > 1 and road_map.is_lane_change(lanes[-2], lanes[-1])
+            path = route_between(road_map, lanes[-1], lane_id, LANE_CHANGE_COST, changed)
             if path is None:
                 pair = f"keypoint {i - 1} ({lanes[-1]}) to {i} ({lane_id})"
-                beside = _beside(road_map, lanes[-1], lane_id)
-                why = "it needs a lane change, which routes cannot hold yet" if beside else "no lane path connects them"
-                raise ValueError(f"route {route.id}: from {pair}: {why}")
+                raise ValueError(f"route {route.id}: from {pair}: no lane path connects them")
             lanes += path[1:]
     polyline = road_map.lane_sequence_polyline(lanes)
     s_line = geo.arc_lengths(polyline)

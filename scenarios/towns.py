@@ -28,33 +28,42 @@ DENSITY = (0.3, 1.2)  # background vehicles per 100 m of driving lane near the r
 NEAR = 120.0  # m: background traffic on the lanes within this distance of the route
 
 
-def route_between(road_map: RoadMap, start: str, goal: str) -> list[str] | None:
-    """The shortest lane sequence from ``start`` to ``goal`` along successors (A*), or None."""
+def route_between(
+    road_map: RoadMap, start: str, goal: str, lane_change_cost: float | None = None, changed_into_start: bool = False
+) -> list[str] | None:
+    """The shortest lane sequence from ``start`` to ``goal`` along successors (A*), or None. With a
+    ``lane_change_cost`` (metres) the route may also change into a same-direction neighbour along a
+    lane (not twice in a row: not at once if ``changed_into_start``), as the Leaderboard's planner
+    changes lanes to reach a keypoint."""
     lanes = road_map.lanes
     target = lanes[goal].centerline[0]
 
     def h(lane_id: str) -> float:
         return float(np.hypot(*(lanes[lane_id].centerline[-1] - target)))
 
-    frontier = [(h(start), 0.0, start)]
-    came: dict[str, str | None] = {start: None}
-    cost = {start: 0.0}
+    first = (start, changed_into_start)  # (lane, reached by a lane change)
+    frontier = [(h(start), 0.0, first)]
+    came: dict[tuple[str, bool], tuple[str, bool] | None] = {first: None}
+    cost = {first: 0.0}
     while frontier:
-        _, g, lane_id = heapq.heappop(frontier)
+        _, g, state = heapq.heappop(frontier)
+        lane_id, changed = state
         if lane_id == goal:
-            path = [lane_id]
+            path = [state]
             while came[path[-1]] is not None:
                 path.append(came[path[-1]])
-            return path[::-1]
-        if g > cost[lane_id]:
+            return [lane for lane, _ in path[::-1]]
+        if g > cost[state]:
             continue
-        for nxt in lanes[lane_id].successors:
-            if lanes[nxt].kind != "driving":
+        moves = [((nxt, False), g + lanes[lane_id].length) for nxt in lanes[lane_id].successors]
+        if lane_change_cost is not None and not changed:
+            moves += [((n, True), g + lane_change_cost) for n in (lanes[lane_id].left, lanes[lane_id].right) if n]
+        for nxt, g2 in moves:
+            if lanes[nxt[0]].kind != "driving":
                 continue
-            g2 = g + lanes[lane_id].length
             if g2 < cost.get(nxt, math.inf):
-                cost[nxt], came[nxt] = g2, lane_id
-                heapq.heappush(frontier, (g2 + h(nxt), g2, nxt))
+                cost[nxt], came[nxt] = g2, state
+                heapq.heappush(frontier, (g2 + h(nxt[0]), g2, nxt))
     return None
 
 

@@ -45,12 +45,7 @@ class PathTable:
         key = ("lanes", *lane_ids)
         if key in self._keys:
             return self._keys[key]
-        pts = road_map.lane_sequence_polyline(lane_ids)
-        starts, acc = [], 0.0
-        for lid in lane_ids:
-            starts.append(acc)
-            acc += road_map.lanes[lid].length
-        z = road_map.lane_sequence_heights(lane_ids)
+        pts, z, starts = road_map.lane_sequence(lane_ids)
         return self.add(pts, [lane_index[x] for x in lane_ids], starts, key, z)
 
     def freeze(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -54,11 +55,26 @@ def test_leaderboard_1_routes_densify_on_town01_through_every_keypoint():
         assert straight <= plan.length + 1.0
 
 
-def test_a_route_that_needs_a_lane_change_is_refused_by_name():
+def test_a_route_changes_lanes_where_its_keypoints_move_to_a_neighbouring_lane():
+    """Route 32 on Town04 moves one lane over between keypoints 39 and 40: the route changes into the
+    neighbour along a lane (one change per lane), and its line blends across without a jump."""
     road_map = load_map(TOWNS / "Town04.xodr.gz")[0]
     route = read_routes(ROUTES / "lb1_routes_training_town01_04_06.xml", ["32"])[0]
-    with pytest.raises(ValueError, match=r"route 32: from keypoint 39 .* needs a lane change"):
-        plan_route(route, road_map)
+    plan = plan_route(route, road_map)
+    pairs = list(itertools.pairwise(plan.lanes))
+    changes = [k for k, (a, b) in enumerate(pairs) if road_map.is_lane_change(a, b)]
+    assert changes and all(b - a > 1 for a, b in itertools.pairwise(changes))
+    assert all(b in road_map.lanes[a].successors or road_map.is_lane_change(a, b) for a, b in pairs)
+    line, _, starts = road_map.lane_sequence(plan.lanes)
+    s_line = geo.arc_lengths(line)
+    for k in changes:  # the blend leaves A's centre at its start and reaches B's at its end, smoothly
+        a, b = road_map.lanes[plan.lanes[k]], road_map.lanes[plan.lanes[k + 1]]
+        inside = (s_line >= starts[k]) & (s_line <= starts[k] + b.length)
+        piece = line[inside]
+        assert np.linalg.norm(piece[0] - a.centerline[0]) < 0.5 and np.linalg.norm(piece[-1] - b.centerline[-1]) < 1.0
+        assert np.linalg.norm(np.diff(piece, axis=0), axis=1).max() < 2.0
+    route_line = LineString(line)
+    assert max(route_line.distance(Point(k.x, k.y)) for k in route.keypoints) < 4.0  # within a lane of each
 
 
 def test_scenarios_attach_within_2_m_and_10_degrees(tmp_path):

@@ -138,7 +138,7 @@ def test_validation_catches_broken_route_and_unknown_signal(smoke):
     with pytest.raises(ScenarioError) as e:
         parse_scenario(data, "mem.json")
     text = str(e.value)
-    assert "ego.route[1]: lane" in text and "does not follow" in text
+    assert "ego.route[1]: lane" in text and "neither follows" in text
     assert "signals.sig_X: the map has no signal 'sig_X'" in text
 
 
