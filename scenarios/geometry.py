@@ -8,6 +8,7 @@ and the curve pieces (straights, arcs, Bezier connectors) that procedural famili
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -131,3 +132,25 @@ def box_corners(x, y, yaw, length, width) -> np.ndarray:
     rx = local[..., 0] * c[..., None] - local[..., 1] * s[..., None]
     ry = local[..., 0] * s[..., None] + local[..., 1] * c[..., None]
     return np.stack([rx + x[..., None], ry + y[..., None]], -1)
+
+
+def items_by_block(item_bounds: np.ndarray, origin: np.ndarray, span: float) -> Iterator[tuple[tuple, np.ndarray]]:
+    """A spatial index of boxes on a grid of ``span``-metre squares from ``origin``: yields (row, col)
+    and the indices of the boxes that meet it, for every square that has any."""
+    b = np.asarray(item_bounds, float).reshape(-1, 4)
+    if not len(b):
+        return
+    c0, r0, c1, r1 = np.floor((b - np.tile(origin, 2)) / span).astype(np.int64).T
+    c0, r0 = np.maximum(c0, 0), np.maximum(r0, 0)
+    c1, r1 = np.maximum(c1, c0), np.maximum(r1, r0)
+    rows, cols = r1 - r0 + 1, c1 - c0 + 1
+    count = rows * cols
+    item = np.repeat(np.arange(len(b)), count)
+    k = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)  # k-th square of each box
+    row = np.repeat(r0, count) + k // np.repeat(cols, count)
+    col = np.repeat(c0, count) + k % np.repeat(cols, count)
+    order = np.lexsort((item, col, row))
+    row, col, item = row[order], col[order], item[order]
+    starts = np.flatnonzero(np.r_[True, (row[1:] != row[:-1]) | (col[1:] != col[:-1])])
+    for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(item)]):
+        yield (int(row[lo]), int(col[lo])), item[lo:hi]

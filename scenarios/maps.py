@@ -259,10 +259,22 @@ class RoadMap:
         z = np.concatenate(heights)
         return float(z.min()), float(z.max())
 
+    def lanes_beside(self, a: str) -> dict[str, int]:
+        """The same-direction lanes beside ``a`` (neighbours, their neighbours, ...) and how many lane
+        changes away each is."""
+        out, todo = {}, [(a, 0)]
+        while todo:
+            lane_id, k = todo.pop()
+            lane = self.lanes[lane_id]
+            for n in (lane.left, lane.right):
+                if n is not None and n != a and n not in out:
+                    out[n] = k + 1
+                    todo.append((n, k + 1))
+        return out
+
     def is_lane_change(self, a: str, b: str) -> bool:
-        """Whether ``b`` is a same-direction neighbour of ``a``: a route may change into it along ``a``."""
-        lane = self.lanes[a]
-        return b in (lane.left, lane.right)
+        """Whether ``b`` lies beside ``a`` (same direction): a route may change into it along ``a``."""
+        return b in self.lanes_beside(a)
 
     def lane_sequence(self, lane_ids: list[str]) -> tuple[np.ndarray, np.ndarray | None, list[float]]:
         """The centreline of consecutive lanes (a route, an actor's path) as (x, y) points, their heights

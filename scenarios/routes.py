@@ -33,6 +33,7 @@ ATTACH_DISTANCE, ATTACH_ANGLE = 2.0, math.radians(10.0)
 ROUTE_DENSITY = 0.75  # background vehicles per 100 m of lane near the route (the towns bank's middle)
 ROUTE_PEDESTRIANS = 2.0  # background pedestrians per 100 m of sidewalk
 MAX_DURATION_S = 3600.0
+MAX_DETOUR = 3.0  # a lane path this many times longer than its keypoints' gap is not the route meant
 LANE_CHANGE_COST = 30.0  # metres a lane change costs the route planner (it prefers to stay in lane)
 MAX_BYTES = 64 * 2**20
 
@@ -169,14 +170,32 @@ class RoutePlan:
     goal_s: float = 0.0  # the last keypoint's arc length along the whole route
 
 
+_LANE_CELLS: dict[int, tuple[RoadMap, np.ndarray, dict, list]] = {}
+LANE_CELL = 50.0  # metres: the squares the driving lanes are indexed by
+
+
+def _driving_lanes_at(road_map: RoadMap, xy: np.ndarray) -> list:
+    """The driving lanes whose box (grown by 5 m) meets the 50 m square holding ``xy``: a spatial index
+    built once per map, so a keypoint looks at a few lanes, not a town's thousands."""
+    hit = _LANE_CELLS.get(id(road_map))
+    if hit is None or hit[0] is not road_map:
+        lanes = [lane for lane in road_map.lanes.values() if lane.kind == "driving"]
+        boxes = np.array([[*(ln.centerline.min(0) - 5.0), *(ln.centerline.max(0) + 5.0)] for ln in lanes]).reshape(
+            -1, 4
+        )
+        origin = boxes[:, :2].min(0) if len(boxes) else np.zeros(2)
+        hit = _LANE_CELLS[id(road_map)] = (road_map, origin, dict(geo.items_by_block(boxes, origin, LANE_CELL)), lanes)
+    _, origin, cells, lanes = hit
+    key = (int((xy[1] - origin[1]) // LANE_CELL), int((xy[0] - origin[0]) // LANE_CELL))
+    return [lanes[i] for i in cells.get(key, ())]
+
+
 def _nearest_lane(road_map: RoadMap, kp: Keypoint, heading: float | None) -> tuple[str, float, float]:
     """(lane, its arc length at the projection, distance) of the driving lane under ``kp``, preferring the lane
     whose direction matches ``heading`` among those within 3 m of the nearest."""
     best: list[tuple[float, str, float, float]] = []
     xy = np.array([kp.x, kp.y])
-    for lane in road_map.lanes.values():
-        if lane.kind != "driving":
-            continue
+    for lane in _driving_lanes_at(road_map, xy):
         lo, hi = lane.centerline.min(0) - 5.0, lane.centerline.max(0) + 5.0
         if (xy < lo).any() or (xy > hi).any():
             continue
@@ -193,6 +212,16 @@ def _nearest_lane(road_map: RoadMap, kp: Keypoint, heading: float | None) -> tup
         best = near
     d, lane_id, s, _ = best[0]
     return lane_id, s, d
+
+
+def _extend(road_map: RoadMap, lanes: list[str], nxt: str) -> None:
+    """Append ``nxt`` to a route; a second lane change in a row (keypoints a lane apart along one lane
+    section) merges with the first into one change across, or cancels it if it comes back."""
+    if len(lanes) > 1 and road_map.is_lane_change(lanes[-2], lanes[-1]) and road_map.is_lane_change(lanes[-1], nxt):
+        lanes.pop()
+        if nxt == lanes[-1]:
+            return
+    lanes.append(nxt)
 
 
 def plan_route(route: Route, road_map: RoadMap, max_offset: float = 5.0) -> RoutePlan:
@@ -214,20 +243,26 @@ def plan_route(route: Route, road_map: RoadMap, max_offset: float = 5.0) -> Rout
         except ValueError:
             raise ValueError(f"{where} is not near any driving lane") from None
         if i == 0:
-            start_s = s_on_lane
+            start_s = prev_s = s_on_lane
         if d > max_offset:
             raise ValueError(f"{where} is {d:.1f} m from any driving lane")
         offsets.append(d)
         if not lanes:
             lanes.append(lane_id)
         elif lane_id != lanes[-1]:
-            changed = len(lanes) > 1 and road_map.is_lane_change(lanes[-2], lanes[-1])
-            path = route_between(road_map, lanes[-1], lane_id, LANE_CHANGE_COST, changed)
+            path = route_between(road_map, lanes[-1], lane_id, LANE_CHANGE_COST)
+            pair = f"keypoint {i - 1} ({lanes[-1]}) to {i} ({lane_id})"
             if path is None:
-                pair = f"keypoint {i - 1} ({lanes[-1]}) to {i} ({lane_id})"
                 raise ValueError(f"route {route.id}: from {pair}: no lane path connects them")
-            lanes += path[1:]
-    polyline = road_map.lane_sequence_polyline(lanes)
+            gap = math.dist((points[i - 1].x, points[i - 1].y), (kp.x, kp.y))
+            driven = road_map.lane_sequence(path)[2][-1] + s_on_lane - prev_s  # keypoint to keypoint
+            if driven > max(MAX_DETOUR * gap, gap + 300.0):
+                why = f"the lanes detour {driven:.0f} m for a {gap:.0f} m gap"
+                raise ValueError(f"route {route.id}: from {pair}: {why}")
+            for nxt in path[1:]:
+                _extend(road_map, lanes, nxt)
+        prev_s = s_on_lane
+    polyline, _, starts = road_map.lane_sequence(lanes)
     s_line = geo.arc_lengths(polyline)
     attached, unplaced = [], []
     for sc in route.scenarios:
@@ -241,9 +276,10 @@ def plan_route(route: Route, road_map: RoadMap, max_offset: float = 5.0) -> Rout
             attached.append((sc, float(s)))
         else:
             unplaced.append(sc.name)
-    last = points[-1]
-    goal_s = float(geo.project(polyline, s_line, np.array([last.x, last.y]))[0])
-    return RoutePlan(lanes, float(s_line[-1]), offsets, attached, unplaced, start_s, goal_s)
+    # the last keypoint on the last lane (projecting it on the whole line would find the start of a
+    # route that comes back to where it began)
+    goal_s = starts[-1] + min(max(s_on_lane, 0.0), road_map.lanes[lanes[-1]].length)
+    return RoutePlan(lanes, float(s_line[-1]), offsets, attached, unplaced, start_s, float(goal_s))
 
 
 def route_scenario(route: Route, plan: RoutePlan, map_file: str | Path, road_map: RoadMap, seed: int = 0) -> Scenario:

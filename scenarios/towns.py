@@ -32,9 +32,9 @@ def route_between(
     road_map: RoadMap, start: str, goal: str, lane_change_cost: float | None = None, changed_into_start: bool = False
 ) -> list[str] | None:
     """The shortest lane sequence from ``start`` to ``goal`` along successors (A*), or None. With a
-    ``lane_change_cost`` (metres) the route may also change into a same-direction neighbour along a
-    lane (not twice in a row: not at once if ``changed_into_start``), as the Leaderboard's planner
-    changes lanes to reach a keypoint."""
+    ``lane_change_cost`` (metres per lane crossed) the route may also move into a same-direction lane
+    beside it along a lane (not twice in a row: not at once if ``changed_into_start``), as the
+    Leaderboard's planner changes lanes to reach a keypoint."""
     lanes = road_map.lanes
     target = lanes[goal].centerline[0]
 
@@ -57,7 +57,8 @@ def route_between(
             continue
         moves = [((nxt, False), g + lanes[lane_id].length) for nxt in lanes[lane_id].successors]
         if lane_change_cost is not None and not changed:
-            moves += [((n, True), g + lane_change_cost) for n in (lanes[lane_id].left, lanes[lane_id].right) if n]
+            beside = road_map.lanes_beside(lane_id)
+            moves += [((n, True), g + lane_change_cost * k) for n, k in beside.items()]
         for nxt, g2 in moves:
             if lanes[nxt[0]].kind != "driving":
                 continue

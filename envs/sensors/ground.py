@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from envs.world.raster import items_by_block
+from scenarios.geometry import items_by_block
 
 RES = 0.1  # metres per texel
 WINDOW = 4096  # texels a side of the largest texture painted whole

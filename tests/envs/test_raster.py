@@ -3,7 +3,8 @@
 import cv2
 import numpy as np
 
-from envs.world.raster import BLOCK, TILE, items_by_block, rasterise, tiled_value
+from envs.world.raster import BLOCK, TILE, rasterise, tiled_value
+from scenarios.geometry import items_by_block
 
 
 def _random_quads(rng, n, extent):
