@@ -59,9 +59,11 @@ def bev_trajectory(
     """Top view of one episode: lane polygons, the ego's path (start o, end x), infraction markers."""
     fig = Figure(figsize=(3.4, 3.4))
     ax = fig.add_subplot()
-    for poly in lanes:
-        ax.fill(poly[:, 0], poly[:, 1], color=COLORS["lane"], lw=0)
     xy = np.asarray(trace, float).reshape(-1, 2)
+    lo, hi = (xy.min(0) - 200.0, xy.max(0) + 200.0) if len(xy) else (np.full(2, -np.inf), np.full(2, np.inf))
+    for poly in lanes:  # only the lanes in view: a town has thousands, and each is a path in the SVG
+        if (poly.max(0) >= lo).all() and (poly.min(0) <= hi).all():
+            ax.fill(poly[:, 0], poly[:, 1], color=COLORS["lane"], lw=0)
     if len(xy):
         ax.plot(xy[:, 0], xy[:, 1], color=COLORS["ego"], lw=1.6)
         ax.plot(*xy[0], "o", color=COLORS["ego"], ms=4)
