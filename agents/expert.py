@@ -19,7 +19,8 @@ import numpy as np
 
 from agents.base import AgentOutput, BaseAgent
 from envs.driver import next_stop_line, route_speed_cap, speed_profile, to_ego_frame
-from envs.world import Kind
+from envs.world import Kind, kernels
+from envs.world.junctions import Rule
 from scenarios import geometry as geo
 
 VEHICLE, PEDESTRIAN, STATIC = int(Kind.VEHICLE), int(Kind.PEDESTRIAN), int(Kind.STATIC)
@@ -125,7 +126,7 @@ class Expert(BaseAgent):
         self._lateral_decision(world, seen, s_ego, v, width, ego_len, ego_w, reasons)
 
         # longitudinal constraints (gaps are bumper to bumper along the route)
-        corridor = ego_w / 2 + 0.5
+        corridor = ego_w / 2 + self._margin(width, ego_w)
         lead_gap, lead_v, lead = math.inf, 0.0, None
         for o in seen:
             if o.kind == PEDESTRIAN or o.s <= s_ego:
@@ -157,6 +158,9 @@ class Expert(BaseAgent):
                     ped_gap, ped = gap, o
         stop_gap, stop_reason = self._stop_line(world)
         yield_gap, yield_reason = self._yield_point(world, seen, s_ego, v)
+        change_gap, change_reason = self._lane_change_point(world, seen, s_ego, v)
+        if change_gap < yield_gap:
+            yield_gap, yield_reason = change_gap, change_reason
         caution = self._caution(world, seen, s_ego)
 
         cap = route_speed_cap(world)
@@ -199,10 +203,16 @@ class Expert(BaseAgent):
         w = 0.5 - 0.5 * np.cos(np.pi * u)
         return lateral_now + (self.offset - lateral_now) * w
 
+    @staticmethod
+    def _margin(lane_width: float, ego_w: float) -> float:
+        """Lateral clearance counted as "in my way": 0.5 m, less on lanes too narrow for it (Town12's
+        2.5 m lanes, where oncoming cars pass 0.45 m from the ego)."""
+        return min(0.5, max(0.15, (lane_width - ego_w) / 2))
+
     def _lateral_decision(self, world, seen, s_ego, v, width, ego_len, ego_w, reasons) -> None:
         st = world.state
         nb = self._neighbours(world)
-        corridor = ego_w / 2 + 0.5
+        corridor = ego_w / 2 + self._margin(width, ego_w)
         in_lane = [o for o in seen if o.kind != PEDESTRIAN and o.s > s_ego and abs(o.lat) < corridor + o.width / 2]
         blocker = min(in_lane, key=lambda o: o.s, default=None)
         desired = world.ego_speed_limit()
@@ -279,35 +289,90 @@ class Expert(BaseAgent):
             lane = c.road_map.lanes[c.lane_ids[li]]
             if lane.junction is None or start + lane.length < s_ego:
                 continue
-            if front > start + 1.0:
-                return math.inf, None  # already in the junction: commit
-            prev = c.road_map.lanes[c.lane_ids[lanes[k - 1]]] if k > 0 else None
+            rule, hold = self._entry_rule(c, start)
+            if front > max(start, hold) + 1.0:
+                return math.inf, None  # already in the junction (past its line, if that lies inside): commit
             turn = geo.wrap_angle(lane.heading[-1] - lane.heading[0])
-            stop_sign = prev is not None and any(
-                sl.lane == prev.id and sl.signal is None for sl in c.road_map.stop_lines
-            )
             merge = lane.junction == "merge"
-            if not (turn > 0.5 or stop_sign or merge):
+            if not (abs(turn) > 0.5 or merge or rule in (Rule.STOP, Rule.YIELD, Rule.PRIORITY)):
                 return math.inf, None
-            conflict = self._conflict(world, lane, start - front, v)
+            run = [lane]  # the junction lanes from here to the exit: lanes may merge further in
+            for nxt in lanes[k + 1 :]:
+                if nxt < 0 or not c.lane_in_junction[nxt]:
+                    break
+                run.append(c.road_map.lanes[c.lane_ids[nxt]])
+            conflict = self._conflict(world, run, start - front, v, queue=set(lanes[:k].tolist()))
             if conflict is not None:
-                why = "merge" if merge else "stop_sign" if stop_sign else "left_turn"
+                turning = "left_turn" if turn > 0.5 else "right_turn" if turn < -0.5 else "crossing"
+                why = {Rule.STOP: "stop_sign", Rule.YIELD: "yield_sign"}.get(rule, "merge" if merge else turning)
                 return max(start - front - 1.0, 0.0), f"{why}:{conflict}"
             return math.inf, None
         return math.inf, None
 
-    def _conflict(self, world, lane, dist, v) -> str | None:
-        """Id of a vehicle that would reach our junction path while we are on it, if any."""
+    def _lane_change_point(self, world, seen, s_ego, v) -> tuple[float, str | None]:
+        """Wait before a lane change the route makes while the lane it moves into is taken beside us or
+        a vehicle in it would catch up with us during the change (the route's line moves across over
+        the lane before the new one; both lanes start where the move does)."""
+        c = world.compiled
+        lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
+        front = s_ego + c.actors.length[0] / 2
+        # a change that starts ahead, or that we have just begun (routes often change right after a junction)
+        ahead = np.flatnonzero((starts[:-1] == starts[1:]) & (lanes[1:] >= 0) & (starts[:-1] > front - 4.0))
+        if not len(ahead) or starts[ahead[0]] - front > 40.0:
+            return math.inf, None
+        k = ahead[0]
+        start = float(starts[k])
+        if k > 0 and lanes[k - 1] >= 0 and c.lane_in_junction[lanes[k - 1]]:
+            # the change starts where a junction ends: decide before the junction, never inside it
+            start = float(starts[k - 1])
+            if front > start + 1.0:
+                return math.inf, None
+        elif c.lane_in_junction[lanes[k]]:
+            return math.inf, None
+        here, there = (c.road_map.lanes[c.lane_ids[lanes[x]]] for x in (k, k + 1))
+        heading = here.heading[0]
+        side = float(np.dot(there.centerline[0] - here.centerline[0], [-np.sin(heading), np.cos(heading)]))
+        ego_len = float(c.actors.length[0])
+        for o in seen:
+            if o.kind == PEDESTRIAN or o.static or abs(o.lat - side) > there.width / 2 + 0.5:
+                continue
+            if o.s - o.length / 2 > s_ego + ego_len / 2 + 5.0:
+                continue  # ahead of us in that lane: a leader once we are in it
+            behind = (s_ego - ego_len / 2) - (o.s + o.length / 2)
+            closing = max(o.v_along - max(v, 0.0), 0.0)
+            if behind < 6.0 + 3.0 * closing:
+                return max(start - front - 1.0, 0.0), f"lane_change:{o.id}"
+        return math.inf, None
+
+    @staticmethod
+    def _entry_rule(c, start: float) -> tuple[Rule | None, float]:
+        """The rule of the route's junction entry at arc length ``start`` and where its line is (None
+        and ``start``: not an entry)."""
+        j = c.junctions
+        at = np.flatnonzero(np.abs(j.entry_s[c.route_path] - start) < 1e-6)
+        if not len(at):
+            return None, start
+        return Rule(int(j.entry_rule[c.route_path, at[0]])), float(j.entry_hold[c.route_path, at[0]])
+
+    def _conflict(self, world, run, dist, v, queue: set[int]) -> str | None:
+        """Id of a vehicle that would reach our path through the junction (its lanes ``run``) while we
+        are on it, if any; vehicles on our own lanes before the junction (``queue``) are our queue."""
         st, c = world.state, world.compiled
         a = c.actors
-        path = lane.centerline
+        path = np.concatenate([lane.centerline for lane in run])
+        length = sum(lane.length for lane in run)
         v_cross = max(v, 4.0)
-        t_clear = (max(dist, 0.0) + lane.length + 6.0) / v_cross + (1.5 if v < 1.0 else 0.5)
+        t_clear = (max(dist, 0.0) + length + 6.0) / v_cross + (1.5 if v < 1.0 else 0.5)
         taus = np.arange(0.0, t_clear + 0.01, 0.5)
+        p_lanes, p_start = c.paths.lanes, c.paths.lane_start
         for j in c.idx_path:
             if not st.active[j] or st.speed[j] < 0.5:
                 continue
-            if np.hypot(st.x[j] - path[0, 0], st.y[j] - path[0, 1]) > 90.0:
+            if p_lanes[st.path_id[j], kernels.lane_slot(p_lanes, p_start, st.path_id[j], st.s[j])] in queue:
+                continue
+            if np.hypot(st.x[j] - path[0, 0], st.y[j] - path[0, 1]) > max(90.0, st.speed[j] * t_clear + 30.0):
+                continue  # too far to reach our path while we are on it (fast roads reach further)
+            if a.yields_at_junctions[j] and self._waits_for_us(c, st, j):
                 continue
             pid = np.full(len(taus), st.path_id[j])
             px, py, _ = c.paths.pose(pid, st.s[j] + st.speed[j] * taus)
@@ -315,6 +380,30 @@ class Expert(BaseAgent):
             if (d < 3.0 + a.width[j] / 2).any():
                 return a.ids[j]
         return None
+
+    @staticmethod
+    def _waits_for_us(c, st, j: int) -> bool:
+        """Whether vehicle j, which keeps the junction's rules, will let us go first: we arrived at the
+        junction before it (its turn comes after ours) and it can still stop."""
+        if not np.isfinite(st.stopped_at[0]):
+            return False
+        if st.speed[0] < 0.5 and st.t - st.stopped_t[0] > kernels.EGO_TURN_S:
+            return False  # standing at the line, we have let our turn go (as the kernel sees it)
+        rules, p = c.junctions, st.path_id[j]
+        front = st.s[j] + c.actors.length[j] / 2
+        ahead = np.flatnonzero(np.maximum(rules.entry_s[p], rules.entry_hold[p]) > front - 0.5)
+        if not len(ahead):
+            return False
+        k = ahead[0]
+        dist = rules.entry_s[p, k] - front
+        if st.speed[j] > 2.0 and st.speed[j] ** 2 / (2.0 * max(dist, 0.1)) > kernels.COMMITTED_DECEL:
+            return False
+        if rules.entry_rule[p, k] == Rule.SIGNAL and not rules.entry_turns[p, k]:
+            return False  # its green protects it
+        arrived_j = st.stopped_at[j] == rules.entry_hold[p, k]
+        ours = rules.entry_hold[c.route_path]
+        we_arrived = bool(np.any(ours == st.stopped_at[0])) and st.stopped_at[0] > st.route_s - 1.0
+        return we_arrived and (not arrived_j or st.stopped_t[0] < st.stopped_t[j])
 
     def _caution(self, world, seen, s_ego) -> str | None:
         """Slow down next to parked cars that could hide a pedestrian, and near crossing walkers."""
@@ -347,9 +436,14 @@ class Expert(BaseAgent):
             text = {
                 "left_turn": "Oncoming traffic crosses my left turn",
                 "stop_sign": "Cross traffic has priority after the stop sign",
+                "yield_sign": "Cross traffic has priority at the yield sign",
+                "crossing": "Cross traffic reaches the junction first",
+                "right_turn": "Traffic in the lane I turn into",
+                "lane_change": "Traffic in the lane I change into",
                 "merge": "Traffic in the lane I merge into",
             }[why]
-            parts.append(f"{text}, so slow down and yield before entering the junction.")
+            then = "wait for a gap" if why == "lane_change" else "yield before entering the junction"
+            parts.append(f"{text}, so slow down and {then}.")
         elif lead is not None and lead_gap < 40 and lead.static:
             parts.append(
                 f"Parked car blocks my lane {max(lead_gap, 0):.0f} m ahead and I cannot pass yet, so slow "

@@ -34,6 +34,7 @@ from evaluation.config import EvalConfig
 from loopdrive.seeding import derive_seed
 from rewards.consistency import consistency_score
 from rewards.scene import scene_facts
+from scenarios.routes import RouteBankSpec
 
 STATUSES = ("ok", "agent_error", "timeout", "infra_error")
 SCORED = ("ok", "agent_error", "timeout")  # the agent's episodes; an infra_error is the suite's, never scored
@@ -107,6 +108,9 @@ class EpisodeRunner:
                 n_frames=c.n_frames,
                 camera_size=tuple(c.camera_size),
                 leaderboard_version=c.leaderboard_version,
+                # route files are scored as the Leaderboard scores them: a collision is a penalty, the
+                # route goes on (a bank's episode ends at the ego's first at-fault collision)
+                terminate_on_collision=not c.bank.startswith(RouteBankSpec.PREFIX),
                 render_mode="rgb_array" if c.video else None,
                 backend=c.backend,
                 **backend_args,

@@ -9,7 +9,7 @@ drivable area) is shapely, built once when the map is constructed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
@@ -159,12 +159,18 @@ class Signal:
 
 @dataclass
 class StopLine:
-    """A line across ``lane`` at arc length ``s``; controlled by ``signal`` or, if None, a stop sign."""
+    """A line across ``lane`` at arc length ``s``: a traffic light's (``signal`` names it), a stop sign's,
+    or with ``give_way`` a yield sign's (stop only for crossing traffic; never an infraction)."""
 
     id: str
     lane: str
     s: float
     signal: str | None = None
+    give_way: bool = False
+
+    @property
+    def stop_sign(self) -> bool:
+        return self.signal is None and not self.give_way
 
 
 def _with_height(lane: Lane) -> np.ndarray:
@@ -223,6 +229,8 @@ class RoadMap:
                 out.append(f"stop line {sl.id!r}: s={sl.s:.1f} outside lane {sl.lane!r}")
             if sl.signal is not None and sl.signal not in self.signals:
                 out.append(f"stop line {sl.id!r}: unknown signal {sl.signal!r}")
+            if sl.signal is not None and sl.give_way:
+                out.append(f"stop line {sl.id!r}: a yield line governed by signal {sl.signal!r}")
         return out
 
     @cached_property
@@ -340,7 +348,7 @@ class RoadMap:
                 {"id": s.id, "position": list(s.position), "facing": s.facing, "lanes": s.lanes, "height": s.height}
                 for s in self.signals.values()
             ],
-            "stop_lines": [{"id": s.id, "lane": s.lane, "s": s.s, "signal": s.signal} for s in self.stop_lines],
+            "stop_lines": [asdict(s) for s in self.stop_lines],
             "crosswalks": [{"id": c.id, "polygon": c.polygon.tolist()} for c in self.crosswalks],
             "sidewalks": [np.asarray(p).tolist() for p in self.sidewalks],
             "extra_drivable": [np.asarray(p).tolist() for p in self.extra_drivable],

@@ -68,6 +68,9 @@ class IDM(_Strict):
     max_accel: float = Field(default=1.5, gt=0, le=6)
     comfort_decel: float = Field(default=2.5, gt=0, le=9)
     reacts_to_signals: bool = True
+    # stop / yield signs and crossing traffic where no light decides (left out of files while off, so
+    # the banks written before it stay byte for byte)
+    yields_at_junctions: bool = Field(default=False, exclude_if=lambda on: not on)
 
 
 class HardBrake(IDM):

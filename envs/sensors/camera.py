@@ -146,12 +146,12 @@ def _props(road_map: RoadMap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         colours += [(90, 90, 90), (25, 25, 25)]
         signal += [-1, k]
     for sl in road_map.stop_lines:
-        if sl.signal is None:  # stop sign: red plate on a post at the kerb
+        if sl.signal is None:  # stop sign (red) or yield sign (white): a plate on a post at the kerb
             lane = road_map.lanes[sl.lane]
             xy, h = lane.pose_at(sl.s)
             p = xy + np.array([math.sin(h), -math.cos(h)]) * (lane.width / 2 + 1.0)
             boxes += [(p[0], p[1], 0.0, h + math.pi, 0.1, 0.1, 2.0), (p[0], p[1], 2.0, h + math.pi, 0.08, 0.8, 0.8)]
-            colours += [(120, 120, 120), (200, 20, 20)]
+            colours += [(120, 120, 120), (235, 235, 235) if sl.give_way else (200, 20, 20)]
             signal += [-1, -1]
     return (np.array(boxes, float).reshape(-1, 7), np.array(colours, float).reshape(-1, 3), np.array(signal, np.int64))
 

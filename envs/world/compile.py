@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from envs.world.lanegrid import AreaGrid, LaneGrid
+from envs.world.junctions import JunctionRules, junction_rules
+from envs.world.lanegrid import AreaGrid, LaneGrid, StackedAreas
 from envs.world.paths import PathTable
 from envs.world.state import GREEN, ActorTable, Behaviour, Kind, Motion, SignalState
 from scenarios import geometry as geo
@@ -75,6 +76,7 @@ class CompiledScenario:
     sig_offset: np.ndarray
     path_stop_s: np.ndarray  # [P, K] stop lines on each path (inf padded)
     path_stop_sig: np.ndarray  # [P, K] signal index, -1 = stop sign
+    junctions: JunctionRules  # right of way where no light decides
     # ego route
     route_path: int
     route_xy: np.ndarray
@@ -88,6 +90,7 @@ class CompiledScenario:
     corridor: np.ndarray  # [n_lanes] bool: lanes counted as "on the route"
     grid: LaneGrid
     drivable: AreaGrid  # drivable area grown by the off-road tolerance, rasterised at 0.1 m
+    stacked: StackedAreas | None  # where drivable lanes lie over each other: drivable per level
     speed_cap: np.ndarray | None = None  # route speed cap (limit, curvature), filled by the first planner
     levels: bool = False  # whether paths leave the ground plane (bridges, hills): actors' heights are tracked
     background: tuple[BackgroundPool, ...] = ()  # actors spawned and despawned around the ego
@@ -152,6 +155,14 @@ def _drivable_for(road_map: RoadMap) -> AreaGrid:
     return hit[1]
 
 
+def _stacked_for(road_map: RoadMap) -> StackedAreas | None:
+    key = ("stacked", id(road_map))
+    hit = _GRIDS.get(key)
+    if hit is None or hit[0] is not road_map:
+        hit = _GRIDS[key] = (road_map, StackedAreas.of(road_map, DRIVABLE_MARGIN + OFFROAD_TOLERANCE))
+    return hit[1]
+
+
 def _grid_for(road_map: RoadMap, lane_index: dict[str, int]) -> LaneGrid:
     """One lane grid per map object (families cache their maps, so scenarios share grids)."""
     hit = _GRIDS.get(id(road_map))
@@ -195,6 +206,7 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         max_accel=f(1.5),
         comfort_decel=f(2.5),
         reacts_to_signals=np.zeros(n, bool),
+        yields_at_junctions=np.zeros(n, bool),
         follows_speed_limit=np.zeros(n, bool),
         trigger_time=f(np.inf),
         trigger_distance=f(-np.inf),
@@ -233,6 +245,7 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
             table.time_headway[i], table.min_gap[i] = beh.time_headway, beh.min_gap
             table.max_accel[i], table.comfort_decel[i] = beh.max_accel, beh.comfort_decel
             table.reacts_to_signals[i] = beh.reacts_to_signals
+            table.yields_at_junctions[i] = beh.yields_at_junctions
             if beh.type == "hard_brake":
                 table.brake_decel[i], table.brake_hold[i] = beh.decel, beh.hold
             if beh.type == "lane_change":
@@ -300,6 +313,8 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
             if not places or places[-1][0] != p:
                 places.append((p, slot))
     for sl in road_map.stop_lines:
+        if sl.give_way:
+            continue  # yield lines are junction entry rules (junctions.py), never a place to stop
         sig = sig_index[sl.signal] if sl.signal is not None else -1
         for p, slot in on_paths.get(lane_index[sl.lane], ()):
             stops[p].append((float(paths.lane_start[p, slot] + sl.s), sig))
@@ -348,6 +363,7 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         sig_offset=offset,
         path_stop_s=stop_s,
         path_stop_sig=stop_sig,
+        junctions=junction_rules(road_map, lane_index, paths),
         route_path=route_path,
         route_xy=route_xy,
         route_s=route_s,
@@ -362,6 +378,7 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         corridor=corridor,
         grid=grid,
         drivable=drivable,
+        stacked=_stacked_for(road_map) if paths.has_heights else None,
         levels=paths.has_heights,
         background=tuple(pools),
         background_radius=scn.background.radius if scn.background is not None else 0.0,
@@ -406,7 +423,9 @@ def _background_pools(
             )
             spare = scn.ego.route[0]  # (a placeholder: the world gives each its path when it appears)
             actors += [
-                ActorSpec.model_validate(idm_actor(f"background{k}", spare, 1.0, 0.0, [spare]))
+                ActorSpec.model_validate(
+                    idm_actor(f"background{k}", spare, 1.0, 0.0, [spare], yields_at_junctions=True)
+                )
                 for k in range(spec.max_vehicles)
             ]
     if spec.max_pedestrians > 0:

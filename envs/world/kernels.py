@@ -31,9 +31,35 @@ class Boxes(NamedTuple):
     z: np.ndarray  # height of each actor on its lane (0 on a flat map)
 
 
+class RightOfWay(NamedTuple):
+    """What the traffic kernel needs for junctions without lights (see ``envs.world.junctions``)."""
+
+    yields: np.ndarray  # [n] bool: the actor gives way at junctions without lights
+    entry_s: np.ndarray  # [P, E]
+    entry_hold: np.ndarray  # [P, E]
+    entry_end: np.ndarray  # [P, E]
+    entry_run: np.ndarray  # [P, E, R]
+    entry_rule: np.ndarray  # [P, E]
+    entry_turns: np.ndarray  # [P, E]
+    conflict_ptr: np.ndarray
+    conflict_idx: np.ndarray
+    stopped_at: np.ndarray  # [n] mutable: the hold point (path arc length) each actor has stopped at
+    stopped_t: np.ndarray  # [n] mutable: when
+    ego_path: int
+    ego_s: float
+    t: float
+
+
 GEOMETRIC_RANGE = 45.0  # metres of path ahead searched for the ego / walkers
+OBSTACLE_MARGIN = 0.3  # metres of clearance to the ego / a walker beside the path (2.5 m lanes leave 0.45)
 SIGNAL_DECEL = 4.0  # m/s^2: stop for yellow only if this is enough
 LEVEL_GAP = 3.0  # metres of height apart: actors on a bridge and under it never meet
+PRIORITY, GIVE_WAY, STOP, SIGNAL = 0, 1, 2, 3  # junction entry rules (junctions.Rule)
+GIVE_WAY_S = 5.0  # a minor approach waits for priority traffic arriving within this many seconds
+ARRIVE_M = 8.0  # metres before its line at which a vehicle has arrived at a junction (its turn is kept)
+EGO_TURN_S = 3.0  # an ego standing this long at the junction it arrived at gives up its turn
+COMMITTED_DECEL = 3.0  # m/s^2: a vehicle that would need more to stop before the junction goes on
+ENTRY_RANGE = 40.0  # metres before its junction entry at which a vehicle starts to give way
 
 
 @njit(cache=True)
@@ -92,13 +118,143 @@ def idm(v, v0, gap, v_lead, a_max, b, T, s0):
 
 
 @njit(cache=True)
-def _lane_index(p_lanes, p_lane_start, p, s):
+def lane_slot(p_lanes, p_lane_start, p, s):
     """Position k in path p's lane list of the lane holding arc length s."""
     k = 0
     K = p_lanes.shape[1]
     while k + 1 < K and p_lanes[p, k + 1] >= 0 and p_lane_start[p, k + 1] <= s:
         k += 1
     return k
+
+
+@njit(cache=True)
+def _next_entry(row_s, row_end, rear):
+    """The first junction entry of a path row whose junction lanes an actor with its rear at ``rear``
+    has not left (-1 if none)."""
+    for k in range(len(row_s)):
+        if row_s[k] == np.inf:
+            return -1
+        if row_end[k] > rear:
+            return k
+    return -1
+
+
+@njit(cache=True)
+def _conflicting(rw, lane, other):
+    for q in range(rw.conflict_ptr[lane], rw.conflict_ptr[lane + 1]):
+        if rw.conflict_idx[q] == other:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _movements_conflict(rw, run_a, run_b):
+    """Whether two runs of junction lanes cross or merge (one queue when they start on one lane)."""
+    if run_a[0] == run_b[0]:
+        return False
+    for a in run_a:
+        if a < 0:
+            break
+        for b in run_b:
+            if b < 0:
+                break
+            if a == b or _conflicting(rw, a, b):
+                return True
+    return False
+
+
+@njit(cache=True)
+def _arrival(dist, v):
+    return dist / max(v, 0.5)
+
+
+@njit(cache=True)
+def _rank(rule, turns):
+    """1 for movements that give way (a yield sign; a turn under a green light), 0 for the others."""
+    return 1 if rule == GIVE_WAY or (rule == SIGNAL and turns) else 0
+
+
+@njit(cache=True)
+def junction_gap(i, rw, path_id, s, speed, active, x, y, z, length, members, settle):
+    """Gap from actor i's front bumper to where it must wait before its next junction (inf: it may
+    go). It stops at a stop sign first (within ``settle`` m of the line), then waits while a vehicle is
+    inside the junction on a lane crossing its own, or one with better right of way comes first: a
+    movement that gives way waits for the others arriving within ``GIVE_WAY_S``; equals go in order of
+    arrival (arrived: within ``ARRIVE_M`` of the line, or stopped at a stop sign); nobody waits for one
+    that gives way unless it can no longer stop (see ``envs.world.junctions``)."""
+    p = path_id[i]
+    front = s[i] + 0.5 * length[i]
+    k = -1
+    for q in range(rw.entry_s.shape[1]):
+        if rw.entry_s[p, q] == np.inf:
+            break
+        if max(rw.entry_s[p, q], rw.entry_hold[p, q]) > front - 0.5:  # some lines lie inside the junction
+            k = q
+            break
+    if k < 0:
+        return np.inf
+    rule, hold = rw.entry_rule[p, k], rw.entry_hold[p, k]
+    gap = hold - front
+    if (rule == SIGNAL and not rw.entry_turns[p, k]) or gap > ENTRY_RANGE or gap < -1.0:
+        return np.inf  # a green light protects a straight movement (a red one stops it in step 3)
+    vi = speed[i]
+    arrived = rw.stopped_at[i] == hold
+    if rule == STOP and not arrived:
+        if vi < 0.5 and gap < settle:
+            rw.stopped_at[i], rw.stopped_t[i], arrived = hold, rw.t, True
+        else:
+            return max(gap, 0.0)
+    elif rule != STOP and not arrived and gap < ARRIVE_M:
+        rw.stopped_at[i], rw.stopped_t[i], arrived = hold, rw.t, True
+    if rule != STOP and vi * vi / (2.0 * max(gap, 0.1)) > 1.5 * SIGNAL_DECEL:
+        return np.inf  # too late to stop before the junction: commit
+    run = rw.entry_run[p, k]
+    rank_i = _rank(rule, rw.entry_turns[p, k])
+    t_i = _arrival(rw.entry_s[p, k] - front, vi)
+    for q in range(len(members) + 1):
+        j = 0 if q == len(members) else members[q]
+        if j == i or not active[j] or abs(z[j] - z[i]) > LEVEL_GAP:
+            continue
+        if abs(x[j] - x[i]) > 100.0 or abs(y[j] - y[i]) > 100.0:
+            continue
+        pj, sj = (rw.ego_path, rw.ego_s) if j == 0 else (path_id[j], s[j])
+        if pj < 0:
+            continue
+        kj = _next_entry(rw.entry_s[pj], rw.entry_end[pj], sj - 0.5 * length[j])
+        if kj < 0:
+            continue
+        if not _movements_conflict(rw, run, rw.entry_run[pj, kj]):
+            continue
+        dist_j = rw.entry_s[pj, kj] - (sj + 0.5 * length[j])
+        if dist_j <= 0.0:
+            return max(gap, 0.0)  # it is inside the junction on a crossing lane
+        if dist_j > 60.0:
+            continue
+        vj = speed[j]
+        if vj < 0.5 and rw.entry_rule[pj, kj] == SIGNAL:
+            continue  # standing at a light: the light (or its own turn) holds it, not us
+        committed = vj > 2.0 and vj * vj / (2.0 * dist_j) > COMMITTED_DECEL  # it could not stop any more
+        rank_j = _rank(rw.entry_rule[pj, kj], rw.entry_turns[pj, kj])
+        if rank_i > rank_j:
+            if vj > 0.5 and _arrival(dist_j, vj) < GIVE_WAY_S:
+                return max(gap, 0.0)
+        elif rank_i < rank_j:
+            if committed:
+                return max(gap, 0.0)
+        else:  # equals: in order of arrival
+            arrived_j = rw.stopped_at[j] == rw.entry_hold[pj, kj]
+            if j == 0 and vj < 0.5 and rw.t - rw.stopped_t[0] > EGO_TURN_S:
+                arrived_j = False  # an ego standing at its line lets the others go
+            if arrived_j and arrived:
+                if rw.stopped_t[j] < rw.stopped_t[i] or (rw.stopped_t[j] == rw.stopped_t[i] and j < i):
+                    return max(gap, 0.0)
+            elif arrived_j or committed:
+                return max(gap, 0.0)
+            elif not arrived:
+                t_j = _arrival(dist_j, vj)
+                if t_j < t_i or (t_j == t_i and j < i):
+                    return max(gap, 0.0)
+    return np.inf
 
 
 @njit(cache=True)
@@ -134,12 +290,14 @@ def traffic_accel(
     stop_s,
     stop_sig,
     sig_state,
+    rw,
 ):
     """IDM acceleration of every path-following actor in ``rows``: the tightest constraint wins.
 
     Constraints: the nearest actor ahead on a lane of the actor's path (lane matching over members
     sorted by lane and arc length), the ego and walkers projected onto the path ahead (geometric),
-    and the first red / yellow stop line.
+    the first red / yellow stop line, and for actors that give way, junctions without lights
+    (``junction_gap``).
     """
     out = np.empty(len(rows))
     n_lanes = len(lane_limit)
@@ -150,7 +308,7 @@ def traffic_accel(
     key = np.empty(n_m)
     for q in range(n_m):
         m = members[q]
-        k = _lane_index(p_lanes, p_lane_start, path_id[m], s[m])
+        k = lane_slot(p_lanes, p_lane_start, path_id[m], s[m])
         m_lane[q] = p_lanes[path_id[m], k]
         m_s[q] = s[m] - p_lane_start[path_id[m], k]
         key[q] = m_lane[q] * 1.0e5 + m_s[q]
@@ -165,7 +323,7 @@ def traffic_accel(
         i = rows[r]
         p = path_id[i]
         si, vi = s[i], speed[i]
-        ki = _lane_index(p_lanes, p_lane_start, p, si)
+        ki = lane_slot(p_lanes, p_lane_start, p, si)
         li = p_lanes[p, ki]
         v0 = lane_limit[li] if follows_limit[i] else desired[i]
         ai, bi, Ti, s0i = a_max[i], b[i], T[i], s0[i]
@@ -196,7 +354,7 @@ def traffic_accel(
             o = obstacles[q]
             if not active[o] or abs(x[o] - x[i]) > 50.0 or abs(y[o] - y[i]) > 50.0 or abs(z[o] - z[i]) > LEVEL_GAP:
                 continue
-            reach = 0.5 * (width[i] + width[o]) + 0.5
+            reach = 0.5 * (width[i] + width[o]) + OBSTACLE_MARGIN
             dmin, s_hit, h_hit = np.inf, 0.0, 0.0
             k = k0
             while k < n - 1 and p_s[p, k] < front + GEOMETRIC_RANGE:
@@ -229,6 +387,11 @@ def traffic_accel(
                 if state == RED or (state == YELLOW and vi * vi / (2.0 * max(gap, 0.1)) < SIGNAL_DECEL):
                     acc = min(acc, idm(vi, v0, gap, 0.0, ai, bi, Ti, s0i))
                     break
+        # 4. junctions without lights: stop signs, yield signs, crossing traffic
+        if rw.yields[i]:
+            gap = junction_gap(i, rw, path_id, s, speed, active, x, y, z, length, members, s0i + 1.0)
+            if gap < np.inf:
+                acc = min(acc, idm(vi, v0, gap, 0.0, ai, bi, Ti, s0i))
         out[r] = min(max(acc, -9.0), ai)
     return out
 

@@ -123,3 +123,60 @@ class AreaGrid:
 
 def _box(points: np.ndarray) -> tuple[float, float, float, float]:
     return (*points.min(0)[:2].tolist(), *points.max(0)[:2].tolist())
+
+
+class StackedAreas:
+    """Where drivable lanes lie over each other (a bridge deck over a road), which of them an actor is
+    on is a question of height: there a point is drivable for an actor at height z only if a lane at
+    z's level (within ``LEVEL_GAP``) covers it. Elsewhere the flat raster answers."""
+
+    def __init__(self, lanes: list, parts: list[Polygon], zones: Polygon) -> None:
+        self.lanes, self.parts, self.zones = lanes, parts, zones
+        shapely.prepare(self.zones)
+        for p in parts:
+            shapely.prepare(p)
+
+    @classmethod
+    def of(cls, road_map: RoadMap, grow: float) -> StackedAreas | None:
+        """The stacked zones of a map (None where no drivable lanes cross at different levels)."""
+        lanes = [lane for lane in road_map.lanes.values() if lane.drivable and lane.z is not None]
+        if len(lanes) < 2:
+            return None
+        z_lo = np.array([float(lane.z.min()) for lane in lanes])
+        z_hi = np.array([float(lane.z.max()) for lane in lanes])
+        polygons = np.array([lane.polygon for lane in lanes], dtype=object)
+        a, b = shapely.STRtree(polygons).query(polygons, predicate="intersects")
+        apart = (a < b) & ((z_hi[a] - z_lo[b] > LEVEL_GAP) | (z_hi[b] - z_lo[a] > LEVEL_GAP))
+        zones, involved = [], set()
+        for i, j in zip(a[apart].tolist(), b[apart].tolist()):
+            overlap = polygons[i].intersection(polygons[j])
+            if overlap.is_empty:
+                continue
+            at = np.asarray(overlap.representative_point().coords)[0]
+            if abs(_height_near(lanes[i], at) - _height_near(lanes[j], at)) > LEVEL_GAP:
+                zones.append(overlap.buffer(grow + 1.0))
+                involved |= {i, j}
+        if not zones:
+            return None
+        area = shapely.union_all(zones)
+        near = [k for k in range(len(lanes)) if polygons[k].intersects(area)]
+        return cls([lanes[k] for k in near], [polygons[k].buffer(grow) for k in near], area)
+
+    def drivable(self, corners: np.ndarray, z: float, flat: np.ndarray) -> bool | None:
+        """Whether all ``corners`` [4, 2] lie on lanes at height ``z``'s level, given the flat raster's
+        verdict per corner (``flat``) for those outside the stacked zones; None when none is inside one
+        (the flat raster decides alone)."""
+        stacked = shapely.contains_xy(self.zones, corners[:, 0], corners[:, 1])
+        if not stacked.any():
+            return None
+        covered = ~stacked & flat
+        for lane, part in zip(self.lanes, self.parts):
+            inside = shapely.contains_xy(part, corners[:, 0], corners[:, 1]) & ~covered
+            for k in np.flatnonzero(inside):
+                covered[k] = abs(_height_near(lane, corners[k]) - z) <= LEVEL_GAP
+        return bool(covered.all())
+
+
+def _height_near(lane, xy: np.ndarray) -> float:
+    """Height of the lane's centreline point nearest to ``xy``."""
+    return float(lane.z[int(np.argmin(np.hypot(*(lane.centerline - xy).T)))])

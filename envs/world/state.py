@@ -80,6 +80,7 @@ class ActorTable:
     max_accel: np.ndarray
     comfort_decel: np.ndarray
     reacts_to_signals: np.ndarray
+    yields_at_junctions: np.ndarray
     follows_speed_limit: np.ndarray  # desired speed taken from the current lane's limit
     # triggers and behaviour parameters
     trigger_time: np.ndarray
@@ -116,6 +117,8 @@ class WorldState:
     mode_t: np.ndarray
     lc_d0: np.ndarray
     z: np.ndarray  # height on the lane (0 on a flat map): actors more than LEVEL_GAP apart never meet
+    stopped_at: np.ndarray  # the junction hold point (path arc length) each actor last stopped at (-inf)
+    stopped_t: np.ndarray  # when it stopped there
     steer: float = 0.0
     yaw_rate: float = 0.0
     # ego bookkeeping along its route

@@ -16,8 +16,21 @@ from envs.world.state import WorldState
 idm = kernels.idm
 
 
+def mark_ego_arrival(c: CompiledScenario, st: WorldState) -> None:
+    """Record when the ego arrives at its next junction (row 0 of ``stopped_at`` / ``stopped_t``), so
+    traffic that gives way in order of arrival keeps the ego's turn while it waits."""
+    j, front = c.junctions, st.route_s + c.actors.length[0] / 2
+    ahead = np.flatnonzero(np.maximum(j.entry_s[c.route_path], j.entry_hold[c.route_path]) > front - 0.5)
+    if not len(ahead):
+        return
+    hold = j.entry_hold[c.route_path, ahead[0]]
+    if hold - front < kernels.ARRIVE_M and st.stopped_at[0] != hold:
+        st.stopped_at[0], st.stopped_t[0] = hold, st.t
+
+
 def traffic_accel(c: CompiledScenario, st: WorldState, rows: np.ndarray, sig_state: np.ndarray) -> np.ndarray:
     """IDM acceleration for every path-following actor in ``rows``."""
+    mark_ego_arrival(c, st)
     a, p = c.actors, c.paths
     sig = sig_state if len(sig_state) else np.zeros(1, np.int8)
     return kernels.traffic_accel(
@@ -52,4 +65,20 @@ def traffic_accel(c: CompiledScenario, st: WorldState, rows: np.ndarray, sig_sta
         c.path_stop_s,
         c.path_stop_sig,
         sig,
+        kernels.RightOfWay(
+            a.yields_at_junctions,
+            c.junctions.entry_s,
+            c.junctions.entry_hold,
+            c.junctions.entry_end,
+            c.junctions.entry_run,
+            c.junctions.entry_rule,
+            c.junctions.entry_turns,
+            c.junctions.conflict_ptr,
+            c.junctions.conflict_idx,
+            st.stopped_at,
+            st.stopped_t,
+            c.route_path,
+            float(st.route_s),
+            float(st.t),
+        ),
     )

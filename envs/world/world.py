@@ -41,6 +41,8 @@ class World:
         self.log: list[Event] = []
         a = self.compiled.actors
         self._has_trigger = np.isfinite(a.trigger_time) | (a.trigger_distance > 0)
+        walking_pools = [pool.rows for pool in self.compiled.background if pool.walking]
+        self._background_walkers = np.concatenate(walking_pools) if walking_pools else np.zeros(0, int)
         self.reset(seed)
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -63,6 +65,8 @@ class World:
             mode_t=np.zeros(n),
             lc_d0=np.zeros(n),
             z=np.zeros(n),
+            stopped_at=np.full(n, -np.inf),
+            stopped_t=np.zeros(n),
             route_s=c.route_start,
             progress=c.route_start,
             in_contact=np.zeros(n, bool),
@@ -263,6 +267,8 @@ class World:
             rows = pool.rows
             dist = np.hypot(st.x[rows] - ex, st.y[rows] - ey)
             gone = st.active[rows] & (dist > radius + 20.0)
+            if pool.walking:  # a walker at the end of its way has left the road (onto the kerb)
+                gone |= st.active[rows] & (st.mode[rows] == DONE)
             if gone.any():
                 out = rows[gone]
                 st.active[out], st.x[out], st.y[out], st.speed[out] = False, 1e6, 1e6, 0.0
@@ -291,6 +297,7 @@ class World:
             r = rows[len(placed)]
             st.path_id[r], st.s[r], st.d[r], st.speed[r], st.accel[r] = pool.path[k], pool.s[k], 0.0, pool.speed[k], 0.0
             st.mode[r], st.active[r], st.in_contact[r] = (ACTIVE if pool.walking else 0), True, False
+            st.stopped_at[r] = -np.inf
             placed.append(r)
             busy = np.vstack([busy, pool.xy[k]])
         if placed:
@@ -314,12 +321,37 @@ class World:
             return
         walking = st.mode[rows] == ACTIVE
         v = np.where(walking, c.actors.walk_speed[rows], 0.0)
+        if c.background:
+            v[self._blocked_walkers(rows, walking)] = 0.0
         st.s[rows] = np.minimum(st.s[rows] + v * DT, c.paths.length[st.path_id[rows]])
         done = walking & (st.s[rows] >= c.paths.length[st.path_id[rows]])
         st.mode[rows[done]] = DONE
         st.speed[rows] = np.where(done, 0.0, v)
         p = c.paths
         kernels.path_pose(p.xy, p.s, p.heading, p.n_points, st.path_id, st.s, st.d, st.x, st.y, st.yaw, rows)
+
+    def _blocked_walkers(self, rows: np.ndarray, walking: np.ndarray) -> np.ndarray:
+        """Mask over ``rows``: background walkers whose next metre is taken by a vehicle (the ego
+        included) wait instead of walking into it."""
+        st, c = self.state, self.compiled
+        out = np.zeros(len(rows), bool)
+        mine = walking & np.isin(rows, self._background_walkers)
+        vehicles = np.flatnonzero(
+            st.active & (c.actors.kind != int(Kind.PEDESTRIAN)) & (c.actors.kind != int(Kind.STATIC))
+        )
+        if not mine.any() or not len(vehicles):
+            return out
+        w = rows[mine]
+        ahead = np.column_stack([st.x[w] + np.cos(st.yaw[w]), st.y[w] + np.sin(st.yaw[w])])
+        dx = ahead[:, None, 0] - st.x[vehicles][None]
+        dy = ahead[:, None, 1] - st.y[vehicles][None]
+        cos, sin = np.cos(st.yaw[vehicles]), np.sin(st.yaw[vehicles])
+        along, across = dx * cos + dy * sin, -dx * sin + dy * cos
+        inside = (np.abs(along) < c.actors.length[vehicles] / 2 + 0.5) & (
+            np.abs(across) < c.actors.width[vehicles] / 2 + 0.5
+        )
+        out[np.flatnonzero(mine)] = inside.any(1)
+        return out
 
     def _move_replays(self, t: float) -> None:
         st = self.state
@@ -341,12 +373,24 @@ class World:
         s, lat, k, offroad, contact = kernels.ego_checks(
             c.route_xy, c.route_s, st.route_seg, full, boxes, g.index, inside, g.origin[0], g.origin[1], g.res
         )
+        if c.stacked is not None:  # on a bridge or under one: drivable at the ego's level
+            corners = self._ego_corners()
+            flat = np.array([g.lookup("inside", x, y) for x, y in corners], bool)
+            on_level = c.stacked.drivable(corners, float(st.z[0]), flat)
+            offroad = offroad if on_level is None else not on_level
         st.route_seg, st.route_s, st.lateral = k, s, lat
         st.speed_limit = c.route_speed_limit[k]
         st.heading_error = (float(st.yaw[0]) - c.route_heading[k] + math.pi) % (2 * math.pi) - math.pi
         if s > st.progress:
             st.progress = s
         return offroad, contact
+
+    def _ego_corners(self) -> np.ndarray:
+        st, a = self.state, self.compiled.actors
+        x, y, yaw = float(st.x[0]), float(st.y[0]), float(st.yaw[0])
+        along = np.array([math.cos(yaw), math.sin(yaw)]) * a.length[0] / 2
+        across = np.array([-math.sin(yaw), math.cos(yaw)]) * a.width[0] / 2
+        return np.array([x, y]) + np.array([along + across, along - across, -along - across, -along + across])
 
     def _events(self, sig: np.ndarray) -> list[Event]:
         st, c, a = self.state, self.compiled, self.compiled.actors

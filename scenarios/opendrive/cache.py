@@ -20,7 +20,7 @@ from scenarios.maps import Crosswalk, Lane, RoadMap, Signal, StopLine
 from scenarios.opendrive.convert import Frame, ImportReport, import_opendrive, sidewalk_polygons
 from scenarios.opendrive.reader import read_text
 
-IMPORTER_VERSION = 2
+IMPORTER_VERSION = 4
 LANE_FIELDS = (
     "speed_limit",
     "successors",

@@ -27,6 +27,7 @@ from scenarios.opendrive.records import LaneRecord, LaneSection, MapImportError,
 
 Frame = Literal["carla", "opendrive"]
 STEP = 1.0  # m between centreline samples
+SECTION_END_EPS = 1e-6  # m: the last sample of a section, just before the next one starts
 TRAFFIC_LIGHT, STOP_SIGN, YIELD_SIGN = "1000001", "206", "205"
 DEFAULT_SPEED = 13.9  # m/s where the file gives none
 MARKINGS: dict[str, Marking] = {
@@ -59,8 +60,13 @@ def lane_key(road: str, section: int, lane: int) -> str:
 
 
 def _samples(a: float, b: float) -> np.ndarray:
+    """Arc lengths from ``a`` to just before ``b``: a record (a lane offset) that starts at ``b`` belongs
+    to the next section, and at ``b`` itself it would already be in force (Town06 shifts its lanes
+    2.4 m there)."""
     n = max(2, int(math.ceil((b - a) / STEP)) + 1)
-    return np.linspace(a, b, n)
+    s = np.linspace(a, b, n)
+    s[-1] = b - SECTION_END_EPS
+    return s
 
 
 def _marking(lane: LaneRecord, s: float) -> Marking:
@@ -221,9 +227,8 @@ class _Builder:
                 for lane, at in self._governed(road, sig):
                     if kind == TRAFFIC_LIGHT and lane not in signals[base.id].lanes:
                         signals[base.id].lanes.append(lane)
-                    if kind != YIELD_SIGN:
-                        light = base.id if kind == TRAFFIC_LIGHT else None
-                        stop_lines.append(StopLine(f"{sig.id}@{lane}", lane, at, light))
+                    light = base.id if kind == TRAFFIC_LIGHT else None
+                    stop_lines.append(StopLine(f"{sig.id}@{lane}", lane, at, light, give_way=kind == YIELD_SIGN))
         return signals, stop_lines
 
     def _kind(self, road: Road, base, counted: bool) -> str | None:

@@ -80,3 +80,24 @@ def test_pedestrians_walk_the_sidewalks_and_cross_at_crosswalks():
     moved = np.hypot(w.state.x[live] - start[:, 0], w.state.y[live] - start[:, 1])
     walking = w.state.active[live]
     assert np.median(moved[walking]) == pytest.approx(1.3 * 5.0, abs=1.0)
+
+
+def test_a_walker_waits_for_a_vehicle_standing_in_its_way():
+    scn = next(s for s in load_bank("towns", split="test").scenarios if "Town10HD" in s.tags)
+    spec = {"density": 0.0, "max_vehicles": 1, "pedestrians": 3.0, "max_pedestrians": 10, "radius": 80.0}
+    w = World(scn.model_validate(scn.model_dump(mode="json") | {"actors": [], "background": spec}))
+    _, walkers = w.compiled.background
+    st = w.state
+    k = int(walkers.rows[st.active[walkers.rows]][0])
+    # the ego stands across the walker's way, its side 1.5 m ahead of the walker
+    heading = float(st.yaw[k])
+    st.x[0], st.y[0] = st.x[k] + 2.5 * np.cos(heading), st.y[k] + 2.5 * np.sin(heading)
+    st.yaw[0], st.speed[0] = heading + np.pi / 2, 0.0
+    s0 = float(st.s[k])
+    for _ in range(10):
+        w.step(0.0, 0.0)
+    assert float(st.s[k]) == pytest.approx(s0, abs=0.15)  # at most one step before it saw the car
+    st.x[0] += 50.0  # the car moves away: the walker goes on
+    for _ in range(10):
+        w.step(0.0, 0.0)
+    assert float(st.s[k]) > s0 + 1.0

@@ -50,7 +50,7 @@ def test_an_actor_on_a_bridge_is_not_hit_by_the_ego_passing_under_it(tmp_path, h
     else:
         assert not hits and w.route_progress > 60.0 and np.isinf(threats).all()
         assert abs(float(w.state.z[1]) - height) < 1e-6 and abs(float(w.state.z[0])) < 1e-6
-        assert not any(e.kind in ("wrong_way", "off_route_lanes") for e in events)
+        assert not any(e.kind in ("wrong_way", "off_route_lanes", "offroad") for e in events)
 
 
 @pytest.mark.parametrize("height", [0.0, 6.0])
@@ -68,3 +68,34 @@ def test_traffic_on_a_bridge_does_not_brake_for_the_ego_under_it(tmp_path, heigh
         assert min(speeds) < 5.0  # it brakes for the ego standing across its lane
     else:
         assert min(speeds) > 9.0 and w.state.s[1] > 160.0  # it drives over
+
+
+@pytest.mark.parametrize("height", [0.0, 6.0])
+def test_leaving_a_bridge_deck_over_a_road_is_off_road(tmp_path, height):
+    """Drifting off the side of a deck over a wide road below: on one level the road catches the ego,
+    six metres up there is nothing under its wheels."""
+    y = np.linspace(-150.0, 150.0, 301)
+    z = height * np.clip((150.0 - np.abs(y)) / 60.0, 0.0, 1.0)
+    low = Lane("low", geo.straight(np.array([0.0, 0.0]), 0.0, 300.0), width=14.0, z=np.zeros(300 + 1))
+    low.z = np.zeros(len(low.centerline))
+    high = Lane("high", np.column_stack([np.full_like(y, 150.0), y]), z=z)
+    path = tmp_path / "deck.json"
+    path.write_text(json.dumps(RoadMap(lanes={"low": low, "high": high}).to_dict()))
+    from scenarios.schema import Scenario
+
+    scn = Scenario.model_validate(
+        {
+            "id": f"deck_{height:g}",
+            "family": "custom",
+            "description": "the ego drifts off a deck",
+            "map": {"file": str(path)},
+            "ego": {"lane": "high", "s": 144.0, "speed": 3.0, "route": ["high"], "goal_distance": 100.0},
+            "duration_s": 10.0,
+        }
+    )
+    w = World(scn)
+    assert (w.compiled.stacked is not None) == (height > 0)
+    events = drive_world(w, lambda w: route_plan(w, 3.0, lateral=3.5), 3.0)
+    assert abs(float(w.state.x[0]) - 146.5) < 1.0 and abs(float(w.state.y[0])) < 5.0  # over the low road
+    offroad = [e for e in events if e.kind == "offroad"]
+    assert bool(offroad) == (height > 0)

@@ -41,6 +41,20 @@ def test_lanes_match_carla_within_centimetres_and_the_lane_graph_is_carlas(town)
     assert topo["n_only_ours"] == 0 and topo["n_only_carla"] == topo["n_only_carla_unlinked_in_file"] == 0
 
 
+@pytest.mark.parametrize("town", SHIPPED)
+def test_every_lane_ends_where_its_successors_start(town):
+    """A lane section's last point belongs to its own records: a lane offset that starts where the
+    next section starts must not move it (Town06 / Town04 shift lanes by 2.4-14 m there)."""
+    road_map = load_map(TOWNS / f"{town}.xodr.gz")[0]
+    gaps = [
+        float(np.hypot(*(road_map.lanes[nxt].centerline[0] - lane.centerline[-1])))
+        for lane in road_map.lanes.values()
+        if lane.kind == "driving"
+        for nxt in lane.successors
+    ]
+    assert len(gaps) > 100 and max(gaps) < 0.05
+
+
 @needs_carla
 @pytest.mark.skipif(not (SHARED / "Town12.xodr.gz").is_file(), reason=f"Town12 (71 MB) is not shipped; not at {SHARED}")
 def test_town12_matches_carla():
