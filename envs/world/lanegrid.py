@@ -132,6 +132,8 @@ class StackedAreas:
 
     def __init__(self, lanes: list, parts: list[Polygon], zones: Polygon) -> None:
         self.lanes, self.parts, self.zones = lanes, parts, zones
+        pieces = getattr(zones, "geoms", [zones])
+        self.boxes = np.array([p.bounds for p in pieces]).reshape(-1, 4) + [-5.0, -5.0, 5.0, 5.0]
         shapely.prepare(self.zones)
         for p in parts:
             shapely.prepare(p)
@@ -161,6 +163,11 @@ class StackedAreas:
         area = shapely.union_all(zones)
         near = [k for k in range(len(lanes)) if polygons[k].intersects(area)]
         return cls([lanes[k] for k in near], [polygons[k].buffer(grow) for k in near], area)
+
+    def near(self, x: float, y: float) -> bool:
+        """Whether (x, y) is within 5 m of a stacked zone's box (a cheap test before the exact one)."""
+        b = self.boxes
+        return bool(((b[:, 0] <= x) & (x <= b[:, 2]) & (b[:, 1] <= y) & (y <= b[:, 3])).any())
 
     def drivable(self, corners: np.ndarray, z: float, flat: np.ndarray) -> bool | None:
         """Whether all ``corners`` [4, 2] lie on lanes at height ``z``'s level, given the flat raster's

@@ -373,7 +373,7 @@ class World:
         s, lat, k, offroad, contact = kernels.ego_checks(
             c.route_xy, c.route_s, st.route_seg, full, boxes, g.index, inside, g.origin[0], g.origin[1], g.res
         )
-        if c.stacked is not None:  # on a bridge or under one: drivable at the ego's level
+        if c.stacked is not None and c.stacked.near(float(st.x[0]), float(st.y[0])):  # by a bridge: per level
             corners = self._ego_corners()
             flat = np.array([g.lookup("inside", x, y) for x, y in corners], bool)
             on_level = c.stacked.drivable(corners, float(st.z[0]), flat)
