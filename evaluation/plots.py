@@ -7,9 +7,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
-COLORS = {"score": "#2b6cb0", "success": "#38a169", "bad": "#c53030", "lane": "#d9d9d9", "ego": "#2b6cb0"}
+COLORS = {
+    "score": "#2b6cb0",
+    "success": "#38a169",
+    "bad": "#c53030",
+    "lane": "#d9d9d9",
+    "ego": "#2b6cb0",
+    "route": "#718096",
+}
 
 
 def _svg(fig: Figure) -> str:
@@ -55,21 +63,35 @@ def bev_trajectory(
     trace: Sequence[Sequence[float]],
     title: str,
     markers: Sequence[tuple[float, float, str]] = (),
+    planned: np.ndarray | None = None,
 ) -> str:
-    """Top view of one episode: lane polygons, the ego's path (start o, end x), infraction markers."""
+    """Top view of one episode: lane polygons, the planned route (dashed, where given), the ego's
+    path (start o, end x) and infraction markers."""
     fig = Figure(figsize=(3.4, 3.4))
     ax = fig.add_subplot()
     xy = np.asarray(trace, float).reshape(-1, 2)
-    lo, hi = (xy.min(0) - 200.0, xy.max(0) + 200.0) if len(xy) else (np.full(2, -np.inf), np.full(2, np.inf))
-    for poly in lanes:  # only the lanes in view: a town has thousands, and each is a path in the SVG
-        if (poly.max(0) >= lo).all() and (poly.min(0) <= hi).all():
-            ax.fill(poly[:, 0], poly[:, 1], color=COLORS["lane"], lw=0)
+    if planned is not None:
+        planned = np.asarray(planned, float).reshape(-1, 2)
+        ax.plot(planned[:, 0], planned[:, 1], color=COLORS["route"], lw=1.0, ls="--")
+        xy_view = np.vstack([xy, planned])  # the view holds the whole route: where it stopped short shows
+    else:
+        xy_view = xy
+    lo, hi = (
+        (xy_view.min(0) - 200.0, xy_view.max(0) + 200.0) if len(xy_view) else (np.full(2, -np.inf), np.full(2, np.inf))
+    )
+    # only the lanes in view, as one collection; many (a town) become one embedded image in the SVG
+    shown = [poly for poly in lanes if (poly.max(0) >= lo).all() and (poly.min(0) <= hi).all()]
+    if shown:
+        ax.add_collection(
+            PolyCollection(shown, facecolors=COLORS["lane"], edgecolors="none", rasterized=len(shown) > 300)
+        )
     if len(xy):
         ax.plot(xy[:, 0], xy[:, 1], color=COLORS["ego"], lw=1.6)
         ax.plot(*xy[0], "o", color=COLORS["ego"], ms=4)
         ax.plot(*xy[-1], "x", color=COLORS["ego"], ms=6)
-        centre = (xy.min(0) + xy.max(0)) / 2
-        half = float((xy.max(0) - xy.min(0)).max()) / 2 + 25.0  # a square view keeps the aspect equal
+    if len(xy_view):
+        centre = (xy_view.min(0) + xy_view.max(0)) / 2
+        half = float((xy_view.max(0) - xy_view.min(0)).max()) / 2 + 25.0  # a square view keeps the aspect equal
         ax.set_xlim(centre[0] - half, centre[0] + half)
         ax.set_ylim(centre[1] - half, centre[1] + half)
     for mx, my, label in markers:

@@ -1,7 +1,8 @@
 """``report.html``: one self-contained page per run (inline SVG figures, inline data and script).
 
 Headline scores with confidence intervals, score by family, the infraction breakdown, top views of
-the worst episodes, the camera-rig ablation, failures, and a sortable table of every episode that
+the worst episodes (every route of a route file, each on its town with the planned route), the
+camera-rig ablation, failures, and a sortable table of every episode that
 links its video. The table is built by the page's script from the embedded JSON, so a browser test
 that sees the rows knows the script ran.
 """
@@ -18,9 +19,16 @@ from evaluation import plots
 from evaluation.summary import CURVE_AND_TURN_TAGS, scored
 
 WORST_EPISODES = 6
+ROUTE_FIGURES = 100  # a route file's report draws every route (worst first), up to this many
 TRACE_DT = 0.5  # seconds between trace points (evaluation.episode.TRACE_EVERY world steps)
 
 TEMPLATES = Environment(loader=PackageLoader("evaluation", "templates"), autoescape=select_autoescape(["html"]))
+
+
+def is_route_bank(bank_ref: str) -> bool:
+    from scenarios.routes import RouteBankSpec
+
+    return bank_ref.startswith(RouteBankSpec.PREFIX)
 
 
 def episode_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -53,26 +61,31 @@ def _get(suites: dict[str, Any], suite: str, key: str) -> float | None:
     return round(v, 2) if isinstance(v, (int, float)) else None
 
 
-def _lane_polygons(scenario: Any, bank_path: Path) -> list:
-    """The lanes of a scenario's map as polygons (empty when the map cannot be built now)."""
+def _map_lines(scenario: Any, bank_path: Path) -> tuple[list, Any]:
+    """The lanes of a scenario's map as polygons and its route's centreline (empty and None when the
+    map cannot be built now)."""
     import numpy as np
 
     from scenarios import load_map
 
     try:
         road = load_map(scenario, bank_path)
+        route = road.lane_sequence_polyline(list(scenario.ego.route))
     except Exception:
-        return []
-    return [
+        return [], None
+    lanes = [
         np.asarray(lane.polygon.exterior.coords) for lane in road.lanes.values() if lane.polygon.geom_type == "Polygon"
     ]
+    return lanes, route
 
 
 def worst_episodes(records: list[dict[str, Any]], bank_ref: str, split: str | None) -> list[dict[str, Any]]:
-    """Top views of the lowest-scoring episodes, with their infractions marked."""
+    """Top views of the lowest-scoring episodes (of every route, for a route file), each with its
+    planned route, the path driven and the infractions marked."""
     from scenarios import load_bank
 
-    done = sorted(scored(records), key=lambda r: (r["score"], r["key"]))[:WORST_EPISODES]
+    shown = ROUTE_FIGURES if is_route_bank(bank_ref) else WORST_EPISODES
+    done = sorted(scored(records), key=lambda r: (r["score"], r["key"]))[:shown]
     try:
         bank = load_bank(bank_ref, split=split)
         scenarios = {s.id: s for s in bank.scenarios}
@@ -87,12 +100,12 @@ def worst_episodes(records: list[dict[str, Any]], bank_ref: str, split: str | No
             if i >= 0:
                 markers.append((trace[i][0], trace[i][1], inf["type"]))
         scn = scenarios.get(r["scenario"])
-        lanes = _lane_polygons(scn, bank.path) if scn is not None else []
+        lanes, route = _map_lines(scn, bank.path) if scn is not None else ([], None)
         title = f"{r['scenario']} s{r['seed']} {r['rig']}: score {r['score']:.1f}"
         figures.append(
             {
                 "key": r["key"],
-                "svg": plots.bev_trajectory(lanes, trace, title, markers),
+                "svg": plots.bev_trajectory(lanes, trace, title, markers, planned=route),
                 "reasoning": (r.get("reasoning") or [{}])[0].get("text", ""),
                 "video": r.get("video"),
             }
@@ -117,6 +130,7 @@ def write_report(out: str | Path, summary: dict[str, Any], records: list[dict[st
         config_json=json.dumps(config, indent=1),
         figures=figures,
         worst=worst_episodes(records, config.get("bank", bank["name"]), bank.get("split")),
+        routes_view=is_route_bank(config.get("bank", bank["name"])),
         curve_tags=", ".join(sorted(CURVE_AND_TURN_TAGS)),
         rows_json=_script_json(episode_rows(records)),
         fmt=_fmt,

@@ -175,5 +175,8 @@ def test_loopdrive_eval_runs_a_route_file_and_resumes(tmp_path):
     assert summary["episodes"]["total"] == 1 and summary["suites"]["leaderboard"]["mean"] > 90
     assert set(summary["routes"]["refused"]) == {"route_1", "route_2"}
     assert summary["routes"]["scenario_types_not_played"] == ["Accident"]
-    again = evaluate(config, tmp_path / "run", progress=False, write_report=False)  # nothing left to run
+    again = evaluate(config, tmp_path / "run", progress=False, write_report=True)  # nothing left to run
     assert again["suites"]["leaderboard"] == summary["suites"]["leaderboard"]
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "Routes, worst first" in page and page.count('data-figure="bev"') == 1
+    assert "stroke-dasharray" in page  # the planned route, drawn on its town under the path driven
