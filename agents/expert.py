@@ -391,10 +391,9 @@ class Expert(BaseAgent):
             return False  # standing at the line, we have let our turn go (as the kernel sees it)
         rules, p = c.junctions, st.path_id[j]
         front = st.s[j] + c.actors.length[j] / 2
-        ahead = np.flatnonzero(np.maximum(rules.entry_s[p], rules.entry_hold[p]) > front - 0.5)
-        if not len(ahead):
+        k = rules.next_entry(p, front)
+        if k < 0:
             return False
-        k = ahead[0]
         dist = rules.entry_s[p, k] - front
         if st.speed[j] > 2.0 and st.speed[j] ** 2 / (2.0 * max(dist, 0.1)) > kernels.COMMITTED_DECEL:
             return False

@@ -59,9 +59,9 @@ class EvalConfig(BaseModel):
     def _routes_are_the_bank(self) -> EvalConfig:
         """A route file becomes the bank (a ``routes:`` spec with absolute paths, so a resumed run
         from another folder is the same run)."""
-        if self.routes is not None and not self.bank.startswith("routes:"):
-            from scenarios.routes import RouteBankSpec, shipped_towns
+        from scenarios.routes import RouteBankSpec, shipped_towns
 
+        if self.routes is not None and not RouteBankSpec.names(self.bank):
             if not Path(self.routes).is_file():
                 raise ValueError(f"routes: no route file at {self.routes}")
             maps = tuple(str(Path(m).resolve()) for m in self.maps) + (str(shipped_towns()),)

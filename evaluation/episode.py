@@ -110,7 +110,7 @@ class EpisodeRunner:
                 leaderboard_version=c.leaderboard_version,
                 # route files are scored as the Leaderboard scores them: a collision is a penalty, the
                 # route goes on (a bank's episode ends at the ego's first at-fault collision)
-                terminate_on_collision=not c.bank.startswith(RouteBankSpec.PREFIX),
+                terminate_on_collision=not RouteBankSpec.names(c.bank),
                 render_mode="rgb_array" if c.video else None,
                 backend=c.backend,
                 **backend_args,

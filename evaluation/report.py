@@ -17,18 +17,13 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from evaluation import plots
 from evaluation.summary import CURVE_AND_TURN_TAGS, scored
+from scenarios.routes import RouteBankSpec
 
 WORST_EPISODES = 6
 ROUTE_FIGURES = 100  # a route file's report draws every route (worst first), up to this many
 TRACE_DT = 0.5  # seconds between trace points (evaluation.episode.TRACE_EVERY world steps)
 
 TEMPLATES = Environment(loader=PackageLoader("evaluation", "templates"), autoescape=select_autoescape(["html"]))
-
-
-def is_route_bank(bank_ref: str) -> bool:
-    from scenarios.routes import RouteBankSpec
-
-    return bank_ref.startswith(RouteBankSpec.PREFIX)
 
 
 def episode_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -84,7 +79,7 @@ def worst_episodes(records: list[dict[str, Any]], bank_ref: str, split: str | No
     planned route, the path driven and the infractions marked."""
     from scenarios import load_bank
 
-    shown = ROUTE_FIGURES if is_route_bank(bank_ref) else WORST_EPISODES
+    shown = ROUTE_FIGURES if RouteBankSpec.names(bank_ref) else WORST_EPISODES
     done = sorted(scored(records), key=lambda r: (r["score"], r["key"]))[:shown]
     try:
         bank = load_bank(bank_ref, split=split)
@@ -130,7 +125,7 @@ def write_report(out: str | Path, summary: dict[str, Any], records: list[dict[st
         config_json=json.dumps(config, indent=1),
         figures=figures,
         worst=worst_episodes(records, config.get("bank", bank["name"]), bank.get("split")),
-        routes_view=is_route_bank(config.get("bank", bank["name"])),
+        routes_view=RouteBankSpec.names(config.get("bank", bank["name"])),
         curve_tags=", ".join(sorted(CURVE_AND_TURN_TAGS)),
         rows_json=_script_json(episode_rows(records)),
         fmt=_fmt,

@@ -201,7 +201,9 @@ def _scenario_files(path: Path) -> list[Path]:
 def load_bank(name_or_path: str | Path, split: str | None = None) -> Bank:
     """A shipped bank by name, a bank folder, or a route file's routes (a ``routes:`` spec, see
     :class:`scenarios.routes.RouteBankSpec`)."""
-    if str(name_or_path).startswith("routes:"):
+    from scenarios.routes import RouteBankSpec
+
+    if RouteBankSpec.names(name_or_path):
         return _route_file_bank(str(name_or_path), split)
     path = resolve_bank_path(name_or_path)
     try:

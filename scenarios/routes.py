@@ -350,6 +350,11 @@ class RouteBankSpec:
         return self.PREFIX + json.dumps(body, sort_keys=True)
 
     @classmethod
+    def names(cls, bank_ref: str) -> bool:
+        """Whether a bank name is a route bank spec (``routes:{json}``)."""
+        return str(bank_ref).startswith(cls.PREFIX)
+
+    @classmethod
     def parse(cls, text: str) -> RouteBankSpec:
         try:
             body = json.loads(text[len(cls.PREFIX) :])

@@ -55,6 +55,12 @@ class JunctionRules:
     conflict_ptr: np.ndarray  # [n_lanes + 1] CSR offsets into conflict_idx
     conflict_idx: np.ndarray  # lane indices that conflict with each lane
 
+    def next_entry(self, path: int, front: float) -> int:
+        """The first entry of ``path`` whose line a front bumper at ``front`` has not passed (some lines
+        lie inside the junction lane), -1 if none: ``kernels.junction_gap``'s choice, for Python callers."""
+        ahead = np.flatnonzero(np.maximum(self.entry_s[path], self.entry_hold[path]) > front - 0.5)
+        return int(ahead[0]) if len(ahead) else -1
+
 
 def junction_rules(road_map: RoadMap, lane_index: dict[str, int], paths: PathTable) -> JunctionRules:
     lane_ids = list(lane_index)

@@ -20,10 +20,10 @@ def mark_ego_arrival(c: CompiledScenario, st: WorldState) -> None:
     """Record when the ego arrives at its next junction (row 0 of ``stopped_at`` / ``stopped_t``), so
     traffic that gives way in order of arrival keeps the ego's turn while it waits."""
     j, front = c.junctions, st.route_s + c.actors.length[0] / 2
-    ahead = np.flatnonzero(np.maximum(j.entry_s[c.route_path], j.entry_hold[c.route_path]) > front - 0.5)
-    if not len(ahead):
+    k = j.next_entry(c.route_path, front)
+    if k < 0:
         return
-    hold = j.entry_hold[c.route_path, ahead[0]]
+    hold = j.entry_hold[c.route_path, k]
     if hold - front < kernels.ARRIVE_M and st.stopped_at[0] != hold:
         st.stopped_at[0], st.stopped_t[0] = hold, st.t
 
