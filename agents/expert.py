@@ -43,6 +43,30 @@ class Seen:
     static: bool
 
 
+CROSS_ACCEL = 2.0  # m/s^2 the expert counts on when it crosses or enters a junction
+CROSS_SPEED = 8.0  # m/s it crosses at, at most
+ONCOMING_DECEL = 3.0  # m/s^2 an oncoming vehicle is counted on to brake at for the expert passing an obstacle
+CROSS_MARGIN_M = 6.0  # metres of its junction path kept clear ahead of and behind it while it crosses
+
+
+def _distance_covered(t: np.ndarray, v: float) -> np.ndarray:
+    """Metres covered in ``t`` seconds from speed ``v``, accelerating at CROSS_ACCEL up to CROSS_SPEED."""
+    top = max(v, CROSS_SPEED)
+    t_top = (top - v) / CROSS_ACCEL
+    ramp = v * t + 0.5 * CROSS_ACCEL * t**2
+    return np.where(t < t_top, ramp, v * t_top + 0.5 * CROSS_ACCEL * t_top**2 + top * (t - t_top))
+
+
+def _time_to_cover(distance: float, v: float) -> float:
+    """Seconds to cover ``distance`` metres the same way (the inverse of ``_distance_covered``)."""
+    top = max(v, CROSS_SPEED)
+    t_top = (top - v) / CROSS_ACCEL
+    ramp = v * t_top + 0.5 * CROSS_ACCEL * t_top**2
+    if distance <= ramp:
+        return (-v + math.sqrt(v * v + 2.0 * CROSS_ACCEL * distance)) / CROSS_ACCEL
+    return t_top + (distance - ramp) / top
+
+
 class Expert(BaseAgent):
     name = "expert"
     privileged = True
@@ -114,6 +138,19 @@ class Expert(BaseAgent):
         lane_idx, _ = c.paths.lane_at(np.array([c.route_path]), np.array([world.state.route_s]))
         lane = c.road_map.lanes[c.lane_ids[lane_idx[0]]]
         return {"left": lane.left, "right": lane.right, "opposite": lane.opposite, "junction": lane.junction}
+
+    @staticmethod
+    def _side_of(world, lane_id: str) -> float:
+        """Where a lane beside lies, as the signed offset of its centre from the route's (left +). The
+        map's left / right / opposite links follow OpenDRIVE's lane order, and the CARLA towns, in
+        CARLA's frame, are mirrored (their oncoming lanes lie on the right): the geometry decides."""
+        st, c = world.state, world.compiled
+        lane = c.road_map.lanes[lane_id]
+        s_on, _, _ = geo.project(lane.centerline, lane.s, np.array([st.x[0], st.y[0]]))
+        k = min(max(st.route_seg, 0), len(c.route_xy) - 2)
+        h = math.atan2(*(c.route_xy[k + 1] - c.route_xy[k])[::-1])
+        centre = lane.pose_at(min(max(s_on, 0.0), lane.length))[0] - c.route_xy[k]
+        return float(-math.sin(h) * centre[0] + math.cos(h) * centre[1])
 
     # --- decisions -----------------------------------------------------------------------------------------
     def plan(self, world) -> AgentOutput:
@@ -239,31 +276,38 @@ class Expert(BaseAgent):
         slow = blocker.static or blocker.v_along < min(0.5 * desired, 6.0)
         if not slow or gap > 45.0:
             return
-        if nb["left"] is not None and self._lane_free(seen, s_ego, width, gap + 30.0):
-            self.maneuver, self.blocker, self.offset = "overtake_left", blocker.id, width
+        beside = self._side_of(world, nb["left"]) if nb["left"] is not None else 0.0
+        if nb["left"] is not None and abs(beside) > 1.0 and self._lane_free(seen, s_ego, width, beside, gap + 30.0):
+            side = "left" if beside > 0 else "right"
+            self.maneuver, self.blocker, self.offset = f"overtake_{side}", blocker.id, beside
             reasons.append(
                 f"{'Parked car' if blocker.static else 'Slow vehicle'} ahead at {gap:.0f} m in my lane; "
-                "the left lane is free, so change lanes to the left to pass it."
+                f"the {side} lane is free, so change lanes to the {side} to pass it."
             )
         elif nb["opposite"] is not None and blocker.static and self._oncoming_clear(seen, s_ego, v, blocker):
-            clear = blocker.lat + blocker.width / 2 + ego_w / 2 + 0.9
-            self.maneuver, self.blocker, self.offset = "nudge_left", blocker.id, min(max(clear, 1.5), width)
+            sign = 1.0 if self._side_of(world, nb["opposite"]) >= 0 else -1.0
+            side = "left" if sign > 0 else "right"
+            clear = sign * blocker.lat + blocker.width / 2 + ego_w / 2 + 0.9
+            self.maneuver, self.blocker = f"nudge_{side}", blocker.id
+            self.offset = sign * min(max(clear, 1.5), width)
             reasons.append(
-                f"Parked car blocks my lane at {gap:.0f} m; the oncoming lane is clear, so nudge left around it."
+                f"Parked car blocks my lane at {gap:.0f} m; the oncoming lane is clear, so nudge {side} around it."
             )
 
     @staticmethod
-    def _lane_free(seen, s_ego, width, ahead) -> bool:
+    def _lane_free(seen, s_ego, width, target, ahead) -> bool:
         return not any(
             o.kind != PEDESTRIAN
-            and abs(o.lat - width) < width / 2 + o.width / 2
+            and abs(o.lat - target) < width / 2 + o.width / 2
             and s_ego - 15.0 - max(o.v_along, 0) * 1.5 < o.s < s_ego + ahead
             for o in seen
         )
 
     @staticmethod
     def _oncoming_clear(seen, s_ego, v, blocker) -> bool:
-        """Oncoming traffic far enough for the pass (time to get past the blocker, both closing)."""
+        """Oncoming traffic far enough for the pass: each oncoming vehicle either cannot reach the end
+        of our pass before we are back in lane (both closing), or sees us in its lane early enough to
+        stop short of it (a second to react, ONCOMING_DECEL), as the world's traffic does."""
         if blocker is None:
             return True
         span = blocker.s + blocker.length / 2 + 8.0 - s_ego
@@ -271,7 +315,9 @@ class Expert(BaseAgent):
         for o in seen:
             if o.kind == PEDESTRIAN or o.v_along > -0.5 or o.s < s_ego:
                 continue
-            if o.s - s_ego < span + (-o.v_along) * t_pass + 10.0:
+            u = -o.v_along
+            stops = u * 1.0 + u * u / (2.0 * ONCOMING_DECEL)
+            if o.s - s_ego < span + min(u * t_pass, stops) + 10.0:
                 return False
         return True
 
@@ -360,10 +406,18 @@ class Expert(BaseAgent):
         st, c = world.state, world.compiled
         a = c.actors
         path = np.concatenate([lane.centerline for lane in run])
-        length = sum(lane.length for lane in run)
-        v_cross = max(v, 4.0)
-        t_clear = (max(dist, 0.0) + length + 6.0) / v_cross + (1.5 if v < 1.0 else 0.5)
+        along = geo.arc_lengths(path)
+        length = float(along[-1])
+        # where we will be: from our speed, accelerating at CROSS_ACCEL up to CROSS_SPEED (arc length on
+        # the junction path, from -dist); a vehicle conflicts if it comes near the stretch of the path we
+        # occupy (our length and a margin either side) at the same time, not anywhere on it at any time
+        ego_len = float(a.length[0])
+        t_clear = _time_to_cover(max(dist, 0.0) + length + ego_len + 2.0, v) + (1.5 if v < 1.0 else 0.5)
         taus = np.arange(0.0, t_clear + 0.01, 0.5)
+        ours = _distance_covered(taus, v) - max(dist, 0.0)
+        lo = np.maximum(ours - ego_len - CROSS_MARGIN_M, 0.0)
+        hi = np.minimum(ours + CROSS_MARGIN_M + 2.0, length)
+        occupied = (along[None, :] >= lo[:, None]) & (along[None, :] <= hi[:, None]) & (hi >= lo)[:, None]
         p_lanes, p_start = c.paths.lanes, c.paths.lane_start
         for j in c.idx_path:
             if not st.active[j] or st.speed[j] < 0.5:
@@ -376,8 +430,8 @@ class Expert(BaseAgent):
                 continue
             pid = np.full(len(taus), st.path_id[j])
             px, py, _ = c.paths.pose(pid, st.s[j] + st.speed[j] * taus)
-            d = np.hypot(px[:, None] - path[None, :, 0], py[:, None] - path[None, :, 1]).min(1)
-            if (d < 3.0 + a.width[j] / 2).any():
+            d = np.hypot(px[:, None] - path[None, :, 0], py[:, None] - path[None, :, 1])
+            if (occupied & (d < 3.0 + a.width[j] / 2)).any():
                 return a.ids[j]
         return None
 

@@ -29,6 +29,7 @@ class EvalConfig(BaseModel):
     routes: str | None = Field(None, description="a Leaderboard / Bench2Drive route file: its routes are the bank")
     maps: list[str] = Field(default_factory=list, description="folders with the route file's towns (and the shipped)")
     route_ids: str | None = Field(None, description="routes to run, e.g. '0,3-5' (default: all)")
+    strict: bool = Field(False, description="refuse a route with a scenario type that is not supported")
     split: str | None = None
     agent: str = "expert"
     seeds: int = Field(1, ge=1, description="episodes per scenario, with seeds 0..seeds-1")
@@ -65,7 +66,9 @@ class EvalConfig(BaseModel):
             if not Path(self.routes).is_file():
                 raise ValueError(f"routes: no route file at {self.routes}")
             maps = tuple(str(Path(m).resolve()) for m in self.maps) + (str(shipped_towns()),)
-            self.bank = RouteBankSpec(str(Path(self.routes).resolve()), maps, self.route_ids).to_string()
+            self.bank = RouteBankSpec(
+                str(Path(self.routes).resolve()), maps, self.route_ids, strict=self.strict
+            ).to_string()
         return self
 
     @field_validator("split")

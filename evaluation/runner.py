@@ -21,6 +21,7 @@ from evaluation.config import EvalConfig, EvalConfigError
 from evaluation.episode import EpisodeRunner, Task, torch_threads
 from evaluation.journal import Journal
 from evaluation.summary import git_revision, summarize
+from scenarios.routes import played_summary
 
 
 def plan_tasks(config: EvalConfig) -> tuple[Any, list[Task]]:
@@ -72,9 +73,8 @@ def evaluate(
         "git": git_revision(),
         "config": config.model_dump(mode="json"),
     }
-    if bank.manifest.families == ["route"]:  # a route file: what could not run, and what is not played yet
-        types = sorted({t for s in bank.scenarios for t in s.params.get("scenario_types", [])})
-        meta["routes"] = {"refused": bank.refused, "scenario_types_not_played": types}
+    if bank.manifest.families == ["route"]:  # a route file: what could not run, what is not played
+        meta["routes"] = played_summary(bank.scenarios) | {"refused": bank.refused}
     interrupted = False
     bar = tqdm(
         total=len(tasks),

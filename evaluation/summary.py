@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.episode import SCORED, STATUSES
+from scenarios.leaderboard import TYPES
 
 HEADLINE_SUITES = ("leaderboard", "pdms", "alpasim", "comfort", "success")
 CURVE_AND_TURN_TAGS = frozenset({"curve", "sharp_curve", "turn_left", "turn_right"})
@@ -134,10 +135,18 @@ def summarize(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[s
     out["failures"] = [
         {"key": r["key"], "status": r["status"], "error": r.get("error")} for r in records if r["status"] != "ok"
     ]
-    if "routes" in meta:  # a route file's run: the routes that could not be made, the types not played yet
+    if "routes" in meta:  # a route file's run: the routes that could not be made, the types not played
         out["routes"] = meta["routes"]
+        out["by_ability"] = _by(done, _abilities)
     out["provenance"] = {"git": meta.get("git"), "config": meta.get("config")}
     return out
+
+
+def _abilities(record: dict[str, Any]) -> list[str]:
+    """Bench2Drive's ability groups of the scenario types a route played (a route of Leaderboard 2.0
+    plays many, so it counts towards each of their groups)."""
+    types = [t.split(":", 1)[1] for t in record.get("tags", []) if t.startswith("scenario:")]
+    return sorted({TYPES[t].group for t in types if t in TYPES and TYPES[t].group})
 
 
 def _suite_names(done: list[dict[str, Any]]) -> list[str]:

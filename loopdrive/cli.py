@@ -321,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--routes", help="a Leaderboard 1.0 / 2.0 or Bench2Drive route file: run its routes")
     ev.add_argument("--maps", type=_comma_list, help="folders holding the route file's towns (CARLA's OpenDrive/)")
     ev.add_argument("--route-ids", dest="route_ids", help="routes to run, e.g. 0,3-5 (default: all)")
+    ev.add_argument(
+        "--strict", action="store_true", default=None, help="refuse routes with scenario types not supported"
+    )
     ev.add_argument("--split", choices=["train", "val", "test"])
     ev.add_argument("--seeds", type=int, help="episodes per scenario (seeds 0..K-1)")
     ev.add_argument("--workers", type=int, help="Ray actors (0: in-process)")

@@ -18,6 +18,7 @@ import json
 import math
 import xml.etree.ElementTree as ET
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from scenarios import geometry as geo
+from scenarios.leaderboard import NOT_PLAYED, play
 from scenarios.maps import RoadMap
 from scenarios.schema import Scenario
 from scenarios.towns import route_between, signal_plans, time_budget
@@ -282,19 +284,27 @@ def plan_route(route: Route, road_map: RoadMap, max_offset: float = 5.0) -> Rout
     return RoutePlan(lanes, float(s_line[-1]), offsets, attached, unplaced, start_s, float(goal_s))
 
 
-def route_scenario(route: Route, plan: RoutePlan, map_file: str | Path, road_map: RoadMap, seed: int = 0) -> Scenario:
+def route_scenario(
+    route: Route, plan: RoutePlan, map_file: str | Path, road_map: RoadMap, seed: int = 0, strict: bool = False
+) -> Scenario:
     """An embedded-world scenario of a planned route: the ego from the first keypoint to the last,
     background traffic kept around the ego as it drives (the towns bank's middle density; a fixed pool,
     so a 10 km route costs what a short one does per step) and a signal plan per junction, drawn from
-    ``seed`` and the route id. The route's Leaderboard scenarios are listed in
-    ``params`` and tagged ``scenario:TYPE``; their behaviours are not played yet."""
+    ``seed`` and the route id, and the route's Leaderboard scenarios played (``scenarios.leaderboard``):
+    their actors, flows, front-brake events and held lights. ``params`` lists the types played, the
+    elements skipped (with why) and the types not supported; with ``strict`` an unsupported type refuses
+    the route (a ``ValueError``)."""
     rng = np.random.default_rng([seed, zlib.crc32(route.id.encode())])
     first = road_map.lanes[plan.lanes[0]]
     start = min(max(plan.start_s, 0.0), first.length - 0.5)
     goal = plan.goal_s - start
     if goal < 10.0:
         raise ValueError(f"route {route.id}: its keypoints span only {goal:.1f} m of road")
-    types = sorted({sc.type for sc, _ in plan.scenarios})
+    elements = [(sc.name, sc.type, sc.params, s) for sc, s in plan.scenarios]
+    played = play(plan.lanes, road_map, elements, seed, f"route {route.id}")
+    if strict and played.unsupported:
+        raise ValueError(f"route {route.id}: scenario types not supported (--strict): {', '.join(played.unsupported)}")
+    types = sorted(set(played.types))
     data = {
         "id": f"route_{route.id}",
         "family": "route",
@@ -306,6 +316,9 @@ def route_scenario(route: Route, plan: RoutePlan, map_file: str | Path, road_map
             "town": route.town,
             "route_m": round(goal, 1),
             "scenario_types": types,
+            "scenarios_played": dict(sorted(Counter(played.types).items())),
+            "scenarios_skipped": played.skipped,
+            "scenario_types_unsupported": played.unsupported,
             "scenarios_off_route": plan.unplaced,
         },
         "map": {"file": str(map_file)},
@@ -323,7 +336,10 @@ def route_scenario(route: Route, plan: RoutePlan, map_file: str | Path, road_map
             "pedestrians": ROUTE_PEDESTRIANS,
             "max_pedestrians": 20,
         },
-        "signals": signal_plans(road_map, rng),
+        "actors": played.played.actors,
+        "flows": played.played.flows,
+        "front_brakes": played.played.front_brakes,
+        "signals": signal_plans(road_map, rng) | played.played.signals,
         "duration_s": round(min(MAX_DURATION_S, time_budget(road_map, plan.lanes, goal)), 1),
         "tags": ["route", route.town, *[f"scenario:{t}" for t in types]],
     }
@@ -342,11 +358,14 @@ class RouteBankSpec:
     maps: tuple[str, ...]
     route_ids: str | None = None
     seed: int = 0
+    strict: bool = False  # refuse a route with a scenario type that is not supported
 
     PREFIX = "routes:"
 
     def to_string(self) -> str:
         body = {"file": self.file, "maps": list(self.maps), "route_ids": self.route_ids, "seed": self.seed}
+        if self.strict:
+            body["strict"] = True
         return self.PREFIX + json.dumps(body, sort_keys=True)
 
     @classmethod
@@ -359,7 +378,11 @@ class RouteBankSpec:
         try:
             body = json.loads(text[len(cls.PREFIX) :])
             return cls(
-                str(body["file"]), tuple(map(str, body["maps"])), body.get("route_ids"), int(body.get("seed", 0))
+                str(body["file"]),
+                tuple(map(str, body["maps"])),
+                body.get("route_ids"),
+                int(body.get("seed", 0)),
+                bool(body.get("strict", False)),
             )
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"not a route bank spec ({e}): {text[:200]!r}") from None
@@ -389,8 +412,26 @@ def route_bank(spec: RouteBankSpec) -> tuple[list[Scenario], dict[str, str], str
             map_file = find_town(route.town, list(spec.maps))
             road_map = load_map(map_file)[0]
             plan = plan_route(route, road_map)
-            scenarios.append(route_scenario(route, plan, map_file.resolve(), road_map, spec.seed))
+            scenarios.append(route_scenario(route, plan, map_file.resolve(), road_map, spec.seed, spec.strict))
         except (ValueError, FileNotFoundError) as e:
             refused[f"route_{route.id}"] = str(e)
     _MADE[key] = (scenarios, refused, key[1])
     return _MADE[key]
+
+
+def played_summary(scenarios: list[Scenario]) -> dict[str, Any]:
+    """Over a route bank: scenario elements played per type, those skipped (route -> element -> why),
+    the types not supported and the Leaderboard types that are not played at all."""
+    played: Counter[str] = Counter()
+    skipped, unsupported = {}, set()
+    for scn in scenarios:
+        played.update(scn.params.get("scenarios_played", {}))
+        if scn.params.get("scenarios_skipped"):
+            skipped[scn.id] = scn.params["scenarios_skipped"]
+        unsupported |= set(scn.params.get("scenario_types_unsupported", []))
+    return {
+        "scenarios_played": dict(sorted(played.items())),
+        "scenarios_skipped": skipped,
+        "scenario_types_unsupported": sorted(unsupported),
+        "scenario_types_not_played": NOT_PLAYED,
+    }

@@ -87,6 +87,8 @@ class LaneChange(IDM):
     target_lane: str
     trigger: Trigger
     duration: float = Field(default=2.5, gt=0.5, le=10)
+    # stands still until the trigger (a parked car pulling out, a car in a stopped queue cutting in)
+    starts_parked: bool = Field(default=False, exclude_if=lambda on: not on)
 
 
 class Walk(_Strict):
@@ -99,7 +101,18 @@ class Walk(_Strict):
 
 
 class Static(_Strict):
+    """Standing still; with ``remove_after``, removed that many seconds after its trigger fires (a
+    blocker that clears the way once the ego has waited behind it)."""
+
     type: Literal["static"] = "static"
+    trigger: Trigger | None = Field(default=None, exclude_if=lambda v: v is None)
+    remove_after: float | None = Field(default=None, ge=0, le=3600, exclude_if=lambda v: v is None)
+
+    @model_validator(mode="after")
+    def _timed(self) -> Static:
+        if (self.trigger is None) != (self.remove_after is None):
+            raise ValueError("give 'trigger' and 'remove_after' together (or neither)")
+        return self
 
 
 class Replay(_Strict):
@@ -125,12 +138,58 @@ class ActorSpec(_Strict):
     width: float = Field(default=1.9, gt=0.2, le=4)
     height: float = Field(default=1.5, gt=0.2, le=5)
     behaviour: Behaviour = Field(default_factory=IDM)
+    # the stretch of the ego's route (metres of route arc length, as the route's lanes are laid end to
+    # end) over which the actor exists: a route's scenario actors appear as the ego comes near and
+    # leave once it has passed (left out of files while unset, so earlier banks stay byte for byte)
+    appear_at: float | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
+    leave_at: float | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _placed(self) -> ActorSpec:
         if self.lane is None and self.position is None and self.behaviour.type not in ("walk", "replay"):
             raise ValueError("an actor needs a 'lane' or a 'position'")
+        if self.appear_at is not None and self.leave_at is not None and self.leave_at <= self.appear_at:
+            raise ValueError(f"leave_at ({self.leave_at}) must come after appear_at ({self.appear_at})")
         return self
+
+
+class ActorFlow(_Strict):
+    """A stream of vehicles (scenario_runner's actor flow): while the ego's route arc length is in
+    [``appear_at``, ``leave_at``), a vehicle enters ``path`` at ``s`` with ``speed`` whenever the last
+    one is a gap (drawn uniformly from ``gap``) down the path; each leaves at ``end_s`` (the path's end
+    by default). Flow vehicles keep to their lanes with IDM and do not give way at junctions."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    path: list[str] = Field(min_length=1)  # connected lanes from the source to the sink
+    s: float = Field(default=0.0, ge=0)
+    end_s: float | None = Field(default=None, gt=0)
+    speed: float = Field(gt=0, le=60)
+    gap: tuple[float, float] = (15.0, 30.0)
+    lateral: float = Field(default=0.0, ge=-3, le=3)  # offset from the lane centre, left positive
+    kind: Literal["vehicle", "cyclist"] = "vehicle"
+    reacts_to_signals: bool = True
+    appear_at: float = Field(default=0.0, ge=0)
+    leave_at: float = Field(default=1e9, gt=0)
+    max_actors: int = Field(default=12, ge=1, le=60)
+
+    @model_validator(mode="after")
+    def _sane(self) -> ActorFlow:
+        lo, hi = self.gap
+        if not 2.0 <= lo <= hi <= 1e4:
+            raise ValueError(f"gap must be [from, to] with 2 <= from <= to, got {list(self.gap)}")
+        if self.leave_at <= self.appear_at:
+            raise ValueError(f"leave_at ({self.leave_at}) must come after appear_at ({self.appear_at})")
+        return self
+
+
+class FrontBrake(_Strict):
+    """When the ego's route arc length reaches ``at``, the vehicles ahead of it on its route (up to
+    ``ahead`` metres) brake hard to a stop, stand a few seconds and drive on (the Leaderboard's
+    HardBreakRoute, which stops the background vehicles in front of the ego; the world's
+    ``FRONT_BRAKE_DECEL`` and ``FRONT_BRAKE_HOLD``)."""
+
+    at: float = Field(ge=0)
+    ahead: float = Field(default=60.0, gt=0, le=300)
 
 
 # --- ego, signals, success ------------------------------------------------------------------------
@@ -185,6 +244,8 @@ class Scenario(_Strict):
     actors: list[ActorSpec] = Field(default_factory=list)
     signals: dict[str, SignalProgram] = Field(default_factory=dict)
     background: BackgroundTraffic | None = None
+    flows: list[ActorFlow] = Field(default_factory=list, exclude_if=lambda v: not v)
+    front_brakes: list[FrontBrake] = Field(default_factory=list, exclude_if=lambda v: not v)
     duration_s: float = Field(default=30.0, gt=0, le=3600)  # an hour: the longest Leaderboard routes
     success: SuccessCriteria = Field(default_factory=SuccessCriteria)
     tags: list[str] = Field(default_factory=list)
@@ -192,7 +253,7 @@ class Scenario(_Strict):
     @model_validator(mode="after")
     def _unique_actor_ids(self) -> Scenario:
         seen: set[str] = set()
-        for a in self.actors:
+        for a in [*self.actors, *self.flows]:
             if a.id in seen or a.id == "ego":
                 raise ValueError(f"duplicate or reserved actor id {a.id!r}")
             seen.add(a.id)

@@ -52,6 +52,21 @@ class BackgroundPool:
 
 
 @dataclass
+class FlowPool:
+    """An actor flow's rows and where its vehicles enter and leave (see ``scenarios.schema.ActorFlow``)."""
+
+    rows: np.ndarray
+    path: int
+    s: float  # source arc length on the path
+    end_s: float  # sink
+    speed: float
+    gap: tuple[float, float]
+    lateral: float
+    appear_at: float
+    leave_at: float
+
+
+@dataclass
 class CompiledScenario:
     scenario: Scenario
     road_map: RoadMap
@@ -95,6 +110,14 @@ class CompiledScenario:
     levels: bool = False  # whether paths leave the ground plane (bridges, hills): actors' heights are tracked
     background: tuple[BackgroundPool, ...] = ()  # actors spawned and despawned around the ego
     background_radius: float = 0.0
+    # actors that appear / leave with the ego's route progress, in threshold order
+    appear_order: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    appear_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    leave_order: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    leave_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    flows: tuple[FlowPool, ...] = ()
+    idx_timed: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # static actors that leave in time
+    front_brakes: tuple[tuple[float, float], ...] = ()  # (route arc length, metres ahead), in order
     _held_states: tuple[float, float, np.ndarray] | None = field(default=None, repr=False)  # (from, until, states)
 
     def signal_states(self, t: float) -> np.ndarray:
@@ -187,7 +210,8 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
 
     # --- background traffic: spawn points and paths, and pools of rows that start inactive -------------
     pools, extra = _background_pools(scn, road_map, paths, lane_index) if scn.background is not None else ([], [])
-    actors = list(scn.actors) + extra
+    flows, flow_actors = _flow_pools(scn, road_map, paths, lane_index, first_row=len(scn.actors) + len(extra) + 1)
+    actors = list(scn.actors) + extra + flow_actors
 
     # --- actors (row 0 = ego) ---------------------------------------------------------------------------
     n = len(actors) + 1
@@ -214,6 +238,7 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         brake_hold=f(),
         lc_target_path=np.full(n, -1),
         lc_duration=f(1.0),
+        parked=np.zeros(n, bool),
         walk_speed=f(),
     )
     x, y, yaw, speed, s, d = f(), f(), f(), f(), f(), f()
@@ -252,6 +277,7 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
                 target = road_map.follow(beh.target_lane, 600.0)
                 table.lc_target_path[i] = paths.add_lanes(road_map, target, lane_index)
                 table.lc_duration[i] = beh.duration
+                table.parked[i] = beh.starts_parked
         elif beh.type == "walk":
             table.motion[i] = Motion.WALK
             path_id[i] = paths.add(np.asarray(beh.path, float))
@@ -262,6 +288,8 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
             table.replay_tracks[i] = np.asarray(beh.track, float)
         else:
             table.motion[i] = Motion.STATIC
+            if beh.remove_after is not None:
+                table.brake_hold[i] = beh.remove_after  # (a static actor's hold: seconds until it leaves)
         if a.position is not None and a.lane is None:
             x[i], y[i], yaw[i] = a.position
     paths.freeze()
@@ -276,10 +304,20 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         x[i], y[i], yaw[i] = track[0, 1], track[0, 2], track[0, 3]
 
     active = np.ones(n, bool)
-    for pool in pools:  # spawned by the world around the ego
+    for pool in [*pools, *flows]:  # spawned by the world around the ego / at the flow's source
         active[pool.rows] = False
         x[pool.rows] = y[pool.rows] = 1e6
         table.trigger_time[pool.rows] = np.inf
+    if scn.front_brakes:  # every lane follower can be told to stop by a front-brake event
+        following = (table.motion == Motion.PATH) & (table.behaviour != Behaviour.HARD_BRAKE)
+        following[0] = False
+        table.brake_decel[following], table.brake_hold[following] = FRONT_BRAKE_DECEL, FRONT_BRAKE_HOLD
+    appear = np.array([-np.inf] + [-np.inf if a.appear_at is None else a.appear_at for a in actors])
+    leave = np.array([np.inf] + [np.inf if a.leave_at is None else a.leave_at for a in actors])
+    active &= (appear <= scn.ego.s) & (leave > scn.ego.s)
+    later = np.flatnonzero(appear > scn.ego.s)
+    gone = np.flatnonzero(np.isfinite(leave) & (leave > scn.ego.s))
+    later, gone = later[np.argsort(appear[later], kind="stable")], gone[np.argsort(leave[gone], kind="stable")]
 
     motion = table.motion
     idx_walk = np.flatnonzero(motion == Motion.WALK)
@@ -382,10 +420,21 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         levels=paths.has_heights,
         background=tuple(pools),
         background_radius=scn.background.radius if scn.background is not None else 0.0,
+        appear_order=later,
+        appear_s=appear[later],
+        leave_order=gone,
+        leave_s=leave[gone],
+        flows=tuple(flows),
+        idx_timed=np.flatnonzero(
+            (motion == Motion.STATIC) & (np.isfinite(table.trigger_time) | (table.trigger_distance > 0))
+        ),
+        front_brakes=tuple(sorted((b.at, b.ahead) for b in scn.front_brakes)),
     )
 
 
 SPAWN_SPACING = 5.0  # metres between the spawn points on a background lane
+FRONT_BRAKE_DECEL = 6.0  # m/s^2 of the vehicles a front-brake event stops
+FRONT_BRAKE_HOLD = 5.0  # seconds they stand before driving on
 WALK_SPEED = 1.3  # m/s of background pedestrians
 
 
@@ -457,4 +506,34 @@ def _background_pools(
                 )
                 for k in range(spec.max_pedestrians)
             ]
+    return pools, actors
+
+
+def _flow_pools(
+    scn: Scenario, road_map: RoadMap, paths: PathTable, lane_index: dict[str, int], first_row: int
+) -> tuple[list[FlowPool], list[ActorSpec]]:
+    """Each actor flow's path and the rows (IDM vehicles at the flow's speed) it cycles through."""
+    pools, actors = [], []
+    row = first_row
+    for flow in scn.flows:
+        path = paths.add_lanes(road_map, flow.path, lane_index)
+        length = float(sum(road_map.lanes[k].length for k in flow.path))
+        end_s = min(flow.end_s if flow.end_s is not None else length, length - 1.0)
+        rows = row + np.arange(flow.max_actors)
+        row += flow.max_actors
+        pools.append(
+            FlowPool(rows, path, flow.s, end_s, flow.speed, flow.gap, flow.lateral, flow.appear_at, flow.leave_at)
+        )
+        size = {"length": 1.8, "width": 0.7, "height": 1.7} if flow.kind == "cyclist" else {}
+        for k in range(flow.max_actors):
+            spec = idm_actor(
+                f"{flow.id}.{k}",
+                flow.path[0],
+                flow.s,
+                flow.speed,
+                list(flow.path),
+                flow.speed,
+                reacts_to_signals=flow.reacts_to_signals,
+            )
+            actors.append(ActorSpec.model_validate(spec | {"kind": flow.kind} | size))
     return pools, actors

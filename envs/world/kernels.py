@@ -478,6 +478,7 @@ def advance_path_actors(
     brake_decel,
     brake_hold,
     lc_duration,
+    parked,
     active,
     path_id,
     x,
@@ -492,7 +493,8 @@ def advance_path_actors(
     and place them on their paths. An actor reaching the end of its path leaves the map.
 
     Hard braking: BRAKING at ``brake_decel`` until stopped, HOLDING for ``brake_hold`` s, then DONE
-    (plain IDM). Lane change: ACTIVE while the lateral offset decays smoothly to 0, then DONE.
+    (plain IDM). Lane change: ACTIVE while the lateral offset decays smoothly to 0, then DONE; a
+    ``parked`` actor stands still while WAITING for its trigger.
     """
     yaw_offset = np.zeros(len(rows))
     for r in range(len(rows)):
@@ -500,7 +502,7 @@ def advance_path_actors(
         m = mode[i]
         a = -brake_decel[i] if m == BRAKING else acc[r]
         v_old = speed[i]
-        v_new = 0.0 if m == HOLDING else max(v_old + a * dt, 0.0)
+        v_new = 0.0 if m == HOLDING or (m == WAITING and parked[i]) else max(v_old + a * dt, 0.0)
         if m == BRAKING and v_new <= 0.0:
             mode[i], mode_t[i] = HOLDING, t
         elif m == HOLDING and t - mode_t[i] >= brake_hold[i]:

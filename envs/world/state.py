@@ -89,6 +89,7 @@ class ActorTable:
     brake_hold: np.ndarray
     lc_target_path: np.ndarray
     lc_duration: np.ndarray
+    parked: np.ndarray  # stands still until its trigger fires
     walk_speed: np.ndarray
     replay_tracks: dict[int, np.ndarray] = field(default_factory=dict)
 
@@ -134,6 +135,11 @@ class WorldState:
     stop_done: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # route stop signs stopped at
     speed_limit: float = 0.0  # of the route lane at the ego's projection
     pending_triggers: int = 0  # actors still waiting for their trigger
+    appeared: int = 0  # how many of the route-progress appearances (``appear_order``) have happened
+    left: int = 0  # ... and departures (``leave_order``)
+    brakes_done: int = 0  # front-brake events fired
+    flow_last: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # each flow's newest vehicle (-1)
+    flow_gap: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the gap before its next vehicle
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
 
     def copy(self) -> WorldState:

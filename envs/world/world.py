@@ -18,7 +18,7 @@ from envs.episode_rules import RouteBook, StopLine, collision_event, is_wrong_wa
 from envs.world import kernels, traffic
 from envs.world.compile import SPAWN_SPACING, CompiledScenario, compile_scenario
 from envs.world.lanegrid import JUNCTION, NONE
-from envs.world.state import ACTIVE, DONE, RED, Behaviour, Kind, Mode, WorldState
+from envs.world.state import ACTIVE, BRAKING, DONE, RED, WAITING, Behaviour, Kind, Mode, WorldState
 from rewards.events import Event, EventKind
 from rewards.transition import EgoState
 from scenarios.schema import Scenario
@@ -74,7 +74,10 @@ class World:
             route=RouteBook(goal_distance=c.goal_distance),
             rng=np.random.default_rng(seed),
             pending_triggers=int(self._has_trigger[1:].sum()),
+            flow_last=np.full(len(c.flows), -1),
+            flow_gap=np.zeros(len(c.flows)),
         )
+        self.state.x[c.appear_order] = self.state.y[c.appear_order] = 1e6  # (placed when they appear)
         self.log = []
         if c.background:
             self._manage_background(start=True)
@@ -168,7 +171,15 @@ class World:
             raise ValueError(f"ego control must be finite, got accel={accel}, steer={steer}")
         st, c = self.state, self.compiled
         sig = c.signal_states(st.t)
+        if st.appeared < len(c.appear_s) or st.left < len(c.leave_s):
+            self._appear_and_leave()
+        if c.flows:
+            self._run_flows()
+        if st.brakes_done < len(c.front_brakes):
+            self._front_brakes()
         self._fire_triggers()
+        if len(c.idx_timed):
+            self._remove_timed()
         rows = c.idx_path[st.active[c.idx_path]]
         if len(rows):  # accelerations from the state at the start of the step, for everyone
             acc = traffic.traffic_accel(c, st, rows, sig)
@@ -206,6 +217,69 @@ class World:
         )
         st.distance += moved
 
+    def _appear_and_leave(self) -> None:
+        """Scenario actors tied to the ego's route progress: each appears where it was placed when the
+        ego reaches its ``appear_at``, and leaves at its ``leave_at``."""
+        st, c, init = self.state, self.compiled, self.compiled.init
+        while st.appeared < len(c.appear_s) and c.appear_s[st.appeared] <= st.progress:
+            i = int(c.appear_order[st.appeared])
+            for key in ("x", "y", "yaw", "speed", "s", "d", "path_id"):
+                getattr(st, key)[i] = init[key][i]
+            st.mode[i], st.accel[i], st.active[i], st.in_contact[i] = 0, 0.0, True, False
+            st.appeared += 1
+        while st.left < len(c.leave_s) and c.leave_s[st.left] <= st.progress:
+            i = int(c.leave_order[st.left])
+            st.active[i], st.x[i], st.y[i], st.speed[i] = False, 1e6, 1e6, 0.0
+            st.left += 1
+
+    def _run_flows(self) -> None:
+        """Actor flows: while the ego is in a flow's stretch of route, a vehicle enters at the source
+        whenever the newest one is its gap down the path; vehicles past the sink (or all of them, once the
+        ego has left the stretch) leave."""
+        st = self.state
+        for k, flow in enumerate(self.compiled.flows):
+            rows = flow.rows
+            live = flow.appear_at <= st.progress < flow.leave_at
+            on = st.active[rows]
+            if on.any():
+                out = rows[on & (st.s[rows] >= flow.end_s)] if live else rows[on]
+                st.active[out], st.x[out], st.y[out], st.speed[out] = False, 1e6, 1e6, 0.0
+            if not live:
+                continue
+            last = int(st.flow_last[k])
+            if last >= 0 and st.active[last] and st.s[last] - flow.s < st.flow_gap[k]:
+                continue
+            free = rows[~st.active[rows]]
+            if not len(free):
+                continue
+            r = int(free[0])
+            st.path_id[r], st.s[r], st.d[r], st.speed[r], st.accel[r] = flow.path, flow.s, flow.lateral, flow.speed, 0.0
+            st.mode[r], st.active[r], st.in_contact[r], st.stopped_at[r] = 0, True, False, -np.inf
+            pose = self.compiled.paths.pose(np.array([flow.path]), np.array([flow.s]), np.array([flow.lateral]))
+            st.x[r], st.y[r], st.yaw[r] = pose[0][0], pose[1][0], pose[2][0]
+            st.flow_last[k], st.flow_gap[k] = r, st.rng.uniform(*flow.gap)
+
+    def _front_brakes(self) -> None:
+        """Front-brake events due: the lane followers ahead of the ego on its route brake to a stop."""
+        st, c = self.state, self.compiled
+        while st.brakes_done < len(c.front_brakes) and c.front_brakes[st.brakes_done][0] <= st.progress:
+            ahead = c.front_brakes[st.brakes_done][1]
+            cruising = (st.mode[c.idx_path] == WAITING) | (st.mode[c.idx_path] == DONE)
+            rows = c.idx_path[st.active[c.idx_path] & cruising]
+            near = rows[np.hypot(st.x[rows] - st.x[0], st.y[rows] - st.y[0]) < ahead + 10.0]
+            for i in near:
+                s_on, d_on = c.paths.project(c.route_path, np.array([st.x[i], st.y[i]]))
+                if 0.0 < s_on - st.route_s <= ahead and abs(d_on) < 1.5:
+                    st.mode[i], st.mode_t[i] = BRAKING, st.t
+            st.brakes_done += 1
+
+    def _remove_timed(self) -> None:
+        """Static actors whose time is up since their trigger fired leave the road."""
+        st, c = self.state, self.compiled
+        rows = c.idx_timed
+        due = rows[(st.mode[rows] == ACTIVE) & (st.t - st.mode_t[rows] >= c.actors.brake_hold[rows])]
+        st.active[due], st.x[due], st.y[due], st.mode[due] = False, 1e6, 1e6, DONE
+
     def _fire_triggers(self) -> None:
         st, a = self.state, self.compiled.actors
         if not st.pending_triggers:
@@ -217,7 +291,7 @@ class World:
             beh = a.behaviour[i]
             if beh == Behaviour.HARD_BRAKE:
                 st.mode[i], st.mode_t[i] = Mode.BRAKING, st.t
-            elif beh == Behaviour.WALK:
+            elif beh in (Behaviour.WALK, Behaviour.STATIC):
                 st.mode[i], st.mode_t[i] = Mode.ACTIVE, st.t
             elif beh == Behaviour.LANE_CHANGE:
                 target = int(a.lc_target_path[i])
@@ -244,6 +318,7 @@ class World:
             a.brake_decel,
             a.brake_hold,
             a.lc_duration,
+            a.parked,
             st.active,
             st.path_id,
             st.x,

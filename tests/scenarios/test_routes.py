@@ -174,7 +174,9 @@ def test_loopdrive_eval_runs_a_route_file_and_resumes(tmp_path):
     summary = evaluate(config, tmp_path / "run", progress=False, write_report=False)
     assert summary["episodes"]["total"] == 1 and summary["suites"]["leaderboard"]["mean"] > 90
     assert set(summary["routes"]["refused"]) == {"route_1", "route_2"}
-    assert summary["routes"]["scenario_types_not_played"] == ["Accident"]
+    assert summary["routes"]["scenarios_played"] == {"Accident": 1}
+    assert set(summary["routes"]["scenario_types_not_played"]) == {"ControlLoss", "ParkingExit"}
+    assert set(summary["by_ability"]) == {"Overtaking"}  # Bench2Drive's group of an Accident
     again = evaluate(config, tmp_path / "run", progress=False, write_report=True)  # nothing left to run
     assert again["suites"]["leaderboard"] == summary["suites"]["leaderboard"]
     page = (tmp_path / "run" / "report.html").read_text()

@@ -1,0 +1,92 @@
+"""The Leaderboard 2.0 scenario types on the embedded world (see ``base`` for how a type is built).
+
+``play(route_lanes, road_map, scenarios, seed)`` turns a planned route's scenario elements into the
+actors, flows, front-brake events and signal programs of its embedded-world scenario, and says which
+elements it played, which it skipped (and why) and which types it does not know.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scenarios.leaderboard import crossings, flows, junctions, obstacles, vehicles  # noqa: F401  (registers)
+from scenarios.leaderboard.base import TYPES, BadParameter, NotPlaced, Placed, Played, RouteFrame, ScenarioType
+from scenarios.maps import RoadMap
+
+# Leaderboard 2.0's types that are not played yet, with why (listed so reports can say so)
+NOT_PLAYED = {
+    "ControlLoss": "needs the ego's own dynamics disturbed (road debris); the world does not perturb the ego yet",
+    "ParkingExit": "the route starts in a parking spot; the world's routes start on a driving lane",
+}
+# Bench2Drive's ability groups of the Leaderboard types (the Bench2Drive paper's grouping)
+GROUPS = ("Merging", "Overtaking", "Emergency Brake", "Give Way", "Traffic Sign")
+
+
+@dataclass
+class PlayedRoute:
+    """Everything the route's scenario elements add, and what became of each element."""
+
+    played: Played = field(default_factory=Played)
+    types: list[str] = field(default_factory=list)  # one per element played, in route order
+    skipped: dict[str, str] = field(default_factory=dict)  # element name -> why
+    unsupported: list[str] = field(default_factory=list)  # types with no builder (sorted, unique)
+
+
+def play(
+    lanes: list[str], road_map: RoadMap, scenarios: list[tuple[str, str, dict, float]], seed: int, where: str
+) -> PlayedRoute:
+    """Build each ``(name, type, params, trigger arc length)`` on the route's lanes. An element whose
+    parameters make no sense raises ``BadParameter`` naming ``where``, the element and the parameter;
+    one that does not fit the road is skipped with its reason."""
+    route = RouteFrame(road_map, lanes)
+    out = PlayedRoute()
+    unknown: set[str] = set()
+    for k, (name, kind, params, s) in enumerate(scenarios):
+        spec = TYPES.get(kind)
+        if spec is None:
+            unknown.add(kind)
+            continue
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode()), k])
+        placed = Placed(name, kind, params, s, f"sc{k}", rng)
+        try:
+            part = spec.build(route, placed)
+        except BadParameter as e:
+            raise BadParameter(f"{where}: scenario {name} ({kind}): {e}") from None
+        except NotPlaced as e:
+            out.skipped[name] = f"{kind}: {e}"
+            continue
+        out.played.actors += part.actors
+        out.played.flows += part.flows
+        out.played.front_brakes += part.front_brakes
+        out.played.signals.update(part.signals)
+        out.types.append(kind)
+    out.unsupported = sorted(unknown)
+    return out
+
+
+__all__ = [
+    "GROUPS",
+    "NOT_PLAYED",
+    "TYPES",
+    "BadParameter",
+    "NotPlaced",
+    "PlayedRoute",
+    "ScenarioType",
+    "play",
+    "types_table",
+]
+
+
+def types_table() -> str:
+    """The README's table of the Leaderboard 2.0 types: played or not, what is played, what differs."""
+    rows = ["| type | played | ability group | what happens | approximated |", "|---|---|---|---|---|"]
+    for name in sorted([*TYPES, *NOT_PLAYED]):
+        if name in TYPES:
+            t = TYPES[name]
+            rows.append(f"| {name} | yes | {t.group} | {t.behaviour} | {t.approximated or '-'} |")
+        else:
+            rows.append(f"| {name} | **no** | - | - | {NOT_PLAYED[name]} |")
+    return "\n".join(rows)

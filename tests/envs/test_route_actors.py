@@ -1,0 +1,127 @@
+"""Actors tied to the ego's route progress: appearing and leaving, actor flows, front-brake events."""
+
+import numpy as np
+
+from envs import World
+from tests.envs.helpers import drive_world, route_plan
+
+
+def _with(scn, **update):
+    return scn.model_validate({**scn.model_dump(mode="json"), **update})
+
+
+def test_an_actor_appears_and_leaves_with_the_egos_route_progress(empty_straight):
+    ego = empty_straight.ego
+    parked = {"id": "parked", "lane": ego.lane, "s": ego.s + 120, "lateral": 3.0, "behaviour": {"type": "static"}}
+    scn = _with(empty_straight, actors=[parked | {"appear_at": ego.s + 40, "leave_at": ego.s + 150}])
+    w = World(scn)
+    i = w.compiled.actors.index("parked")
+    seen = []
+    for _ in range(25):
+        drive_world(w, lambda w: route_plan(w, 10.0), 1.0)
+        seen.append((w.state.progress - ego.s, bool(w.state.active[i]), float(w.state.x[i])))
+    before = [x for p, on, x in seen if p < 39.0]
+    during = [x for p, on, x in seen if 41.0 < p < 149.0]
+    after = [on for p, on, _ in seen if p > 151.0]
+    assert before and during and after
+    lane = w.compiled.road_map.lanes[ego.lane]
+    assert all(x > 1e5 for x in before)  # not there (and not in anyone's way) before
+    assert np.allclose(during, lane.pose_at(ego.s + 120)[0][0])  # where it was placed
+    assert not any(after)
+    # a snapshot from before it appeared replays the same appearance
+    w2 = World(scn)
+    drive_world(w2, lambda w: route_plan(w, 10.0), 3.0)
+    snap = w2.snapshot()
+    drive_world(w2, lambda w: route_plan(w, 10.0), 5.0)
+    first = w2.state.x.copy()
+    w2.restore(snap)
+    drive_world(w2, lambda w: route_plan(w, 10.0), 5.0)
+    assert np.array_equal(first, w2.state.x)
+
+
+def test_an_actor_flow_keeps_its_gaps_and_speed_and_stops_with_its_stretch(empty_straight):
+    ego = empty_straight.ego
+    flow = {"id": "flow", "path": [ego.lane], "s": 5.0, "end_s": 250.0, "speed": 8.0, "gap": [20.0, 30.0]}
+    scn = _with(empty_straight, flows=[flow | {"appear_at": 0.0, "leave_at": ego.s + 60}])
+    w = World(scn)
+    rows = w.compiled.flows[0].rows
+    gaps = []
+    for _ in range(60):  # the ego stands: the flow runs for 6 s of every second checked
+        w.step(-1.0, 0.0)
+        on = rows[w.state.active[rows]]
+        s = np.sort(w.state.s[on])
+        gaps += list(np.diff(s))
+        assert np.all(w.state.speed[on] <= 8.0 + 1e-6)
+    assert len(gaps) and min(gaps) >= 20.0 - 1.0 and max(gaps) <= 30.0 + 1.0
+    assert 2 <= int(w.state.active[rows].sum()) <= 3
+    # the ego drives through its stretch (behind the flow) and on: the flow is gone
+    drive_world(w, lambda w: route_plan(w, 6.0), 16.0)
+    assert w.state.progress > ego.s + 60 and not w.state.active[rows].any()
+
+
+def test_a_front_brake_event_stops_the_vehicles_ahead_on_the_route_only(empty_straight):
+    ego = empty_straight.ego
+    road = World(empty_straight).compiled.road_map
+    lane = road.lanes[ego.lane]
+    oncoming = lane.opposite
+    actors = [
+        {
+            "id": "ahead",
+            "lane": ego.lane,
+            "s": ego.s + 30,
+            "speed": 10.0,
+            "behaviour": {"type": "idm", "desired_speed": 10.0},
+        },
+        {
+            "id": "far",
+            "lane": ego.lane,
+            "s": ego.s + 140,
+            "speed": 10.0,
+            "behaviour": {"type": "idm", "desired_speed": 10.0},
+        },
+    ]
+    if oncoming is not None:
+        s_opp = road.lanes[oncoming].length - (ego.s + 40)
+        actors.append(
+            {
+                "id": "oncoming",
+                "lane": oncoming,
+                "s": s_opp,
+                "speed": 10.0,
+                "behaviour": {"type": "idm", "desired_speed": 10.0},
+            }
+        )
+    scn = _with(empty_straight, actors=actors, front_brakes=[{"at": ego.s + 10, "ahead": 60.0}])
+    w = World(scn)
+    drive_world(w, lambda w: route_plan(w, 8.0), 4.0)
+    speed = {k: float(w.state.speed[w.compiled.actors.index(k)]) for k in [a["id"] for a in actors]}
+    assert speed["ahead"] == 0.0  # 6 m/s^2 from 10 m/s: stopped within 2 s
+    assert speed["far"] > 9.0
+    if oncoming is not None:
+        assert speed["oncoming"] > 9.0
+    drive_world(w, lambda w: route_plan(w, 0.0), 6.0)  # 5 s later it drives on
+    assert float(w.state.speed[w.compiled.actors.index("ahead")]) > 1.0
+
+
+def test_a_blocker_leaves_its_time_after_the_ego_comes_close(empty_straight):
+    ego = empty_straight.ego
+    blocker = {
+        "id": "blocker",
+        "lane": ego.lane,
+        "s": ego.s + 40,
+        "behaviour": {"type": "static", "trigger": {"ego_distance": 13.0}, "remove_after": 4.0},
+    }
+    w = World(_with(empty_straight, actors=[blocker]))
+    i = w.compiled.actors.index("blocker")
+    # the ego drives up to it and stands; the blocker leaves 4 s after the ego came within 13 m
+    t_close = None
+    for _ in range(150):
+        gap = float(np.hypot(w.state.x[i] - w.state.x[0], w.state.y[i] - w.state.y[0]))
+        if t_close is None and gap < 13.0:
+            t_close = w.t
+        drive_world(w, lambda w: route_plan(w, 4.0 if w.state.route_s < ego.s + 32 else 0.0), 0.1, every=1)
+        if not w.state.active[i]:
+            break
+    assert t_close is not None and not w.state.active[i]
+    assert abs(w.t - t_close - 4.0) <= 0.25
+    assert not [e for e in w.log if e.kind == "collision"]

@@ -1,0 +1,181 @@
+"""Leaderboard 2.0 scenario types on the embedded world: which are played, where their actors stand,
+what is skipped or refused and why, and the expert driving through them closed loop."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scenarios.leaderboard import NOT_PLAYED, TYPES, BadParameter, play
+from scenarios.leaderboard.base import RouteFrame
+from scenarios.opendrive.cache import load_map
+from scenarios.routes import plan_route, read_routes, route_scenario
+
+ROUTES = Path(__file__).parents[1] / "data" / "routes"
+TOWNS = Path(__file__).parents[2] / "scenarios" / "towns"
+# the 38 scenario types of Leaderboard 2.0 (scenario_runner's srunner/scenarios, route mode)
+LEADERBOARD_2 = """Accident AccidentTwoWays BlockedIntersection ConstructionObstacle ConstructionObstacleTwoWays
+ControlLoss CrossingBicycleFlow DynamicObjectCrossing EnterActorFlow EnterActorFlowV2 HardBreakRoute
+HazardAtSideLane HazardAtSideLaneTwoWays HighwayCutIn HighwayExit InterurbanActorFlow
+InterurbanAdvancedActorFlow InvadingTurn MergerIntoSlowTraffic MergerIntoSlowTrafficV2
+NonSignalizedJunctionLeftTurn NonSignalizedJunctionRightTurn OppositeVehicleRunningRedLight
+OppositeVehicleTakingPriority ParkedObstacle ParkedObstacleTwoWays ParkingCrossingPedestrian ParkingCutIn
+ParkingExit PedestrianCrossing PriorityAtJunction SignalizedJunctionLeftTurn SignalizedJunctionRightTurn
+StaticCutIn VehicleOpensDoorTwoWays VehicleTurningRoute VehicleTurningRoutePedestrian
+YieldToEmergencyVehicle""".split()
+
+
+@pytest.fixture(scope="module")
+def town01_route():
+    road_map = load_map(TOWNS / "Town01.xodr.gz")[0]
+    route = read_routes(ROUTES / "lb1_routes_training_town01_04_06.xml", ["0"])[0]
+    plan = plan_route(route, road_map)
+    return road_map, route, plan, RouteFrame(road_map, plan.lanes)
+
+
+def test_a_mirrored_town_keeps_traffic_on_the_geometric_left():
+    from scenarios.families import build_family_map
+    from scenarios.leaderboard.base import driver_right
+
+    straight = build_family_map("straight", {"lanes": 2, "length": 300.0, "speed_limit": 13.9, "density": 0.0})
+    assert driver_right(straight) == -1.0  # LoopDrive's own maps keep right
+    assert driver_right(load_map(TOWNS / "Town01.xodr.gz")[0]) == 1.0  # CARLA's frame mirrors a town
+
+
+def test_36_of_the_38_leaderboard_types_are_played_and_the_other_two_say_why():
+    assert len(LEADERBOARD_2) == 38
+    assert set(TYPES) | set(NOT_PLAYED) == set(LEADERBOARD_2) and not set(TYPES) & set(NOT_PLAYED)
+    assert len(TYPES) >= 30
+    for spec in TYPES.values():
+        assert spec.behaviour and spec.group in ("Merging", "Overtaking", "Emergency Brake", "Give Way", "Traffic Sign")
+
+
+def test_obstacles_stand_where_scenario_runner_puts_them(town01_route):
+    road_map, _, plan, frame = town01_route
+    s = 150.0  # a straight stretch: the next junction is at 355 m
+    elements = [
+        ("Parked_1", "ParkedObstacle", {"distance": 60.0, "direction": "right"}, s),
+        ("Accident_1", "Accident", {"distance": 40.0, "direction": "left"}, s),
+    ]
+    out = play(plan.lanes, road_map, elements, 0, "route 0")
+    parked, police, first, second = out.played.actors
+    width = frame.width(s + 60.0)
+    assert frame.right == 1.0  # Town01 in CARLA's frame is mirrored: the kerb side is the geometric left
+    x, y, h = frame.pose(s + 60.0, frame.right * 0.7 * width / 2)  # 0.7 half-widths to the kerb side
+    assert parked["position"] == pytest.approx([x, y, h], abs=1e-3)
+    assert parked["appear_at"] == s and parked["leave_at"] == pytest.approx(s + 60 + 50)
+    # the police car, then the crashed cars 10 m and 16 m on, shifted 0.6 half-widths to the driver's left
+    for actor, ds in ((police, 40.0), (first, 50.0), (second, 56.0)):
+        x, y, _ = frame.pose(s + ds, -frame.right * 0.6 * frame.width(s + ds) / 2)
+        assert actor["position"][:2] == pytest.approx([x, y], abs=1e-3)
+    assert out.types == ["ParkedObstacle", "Accident"] and not out.skipped
+    # stopping short of the junction, as scenario_runner's waypoints do
+    far = play(plan.lanes, road_map, [("P", "ParkedObstacle", {"distance": 400.0}, s)], 0, "route 0")
+    x, y, _ = frame.pose(frame.junction_after(s)[0] - 1.0, frame.right * 0.7 * frame.width(354.0) / 2)
+    assert far.played.actors[0]["position"][:2] == pytest.approx([x, y], abs=1e-3)
+
+
+def test_two_ways_variants_add_an_oncoming_flow_and_junction_types_a_flow_through_the_junction(town01_route):
+    road_map, _, plan, frame = town01_route
+    out = play(
+        plan.lanes,
+        road_map,
+        [
+            ("P2", "ParkedObstacleTwoWays", {"distance": 60.0, "frequency": (30.0, 60.0)}, 150.0),
+            ("L", "NonSignalizedJunctionLeftTurn", {"flow_speed": 9.0, "source_dist_interval": (15.0, 25.0)}, 95.0),
+        ],
+        0,
+        "route 0",
+    )
+    oncoming, through = out.played.flows
+    lane = road_map.lanes[oncoming["path"][0]]
+    route_lane, _ = frame.lane_at(210.0)
+    assert lane.id == route_lane.opposite and oncoming["gap"] == [30.0, 60.0]
+    assert oncoming["appear_at"] == pytest.approx(210.0 - 50.0) and oncoming["leave_at"] == pytest.approx(260.0)
+    _, exit_s, k = frame.junction_after(95.0)
+    junction = road_map.lanes[plan.lanes[k]].junction
+    crossing = [x for x in through["path"] if road_map.lanes[x].junction == junction]
+    assert crossing and through["speed"] == 9.0 and through["leave_at"] == pytest.approx(exit_s + 20.0, abs=0.01)
+    # it comes towards the ego's entry: its junction lane starts heading the other way
+    start_heading = road_map.lanes[crossing[0]].heading[0]
+    assert math.cos(start_heading - road_map.lanes[plan.lanes[k]].heading[0]) < -0.5
+
+
+def test_a_scenario_that_does_not_fit_is_skipped_an_unknown_type_listed_and_strict_refuses(town01_route):
+    road_map, route, plan, _ = town01_route
+    elements = [
+        ("EV", "YieldToEmergencyVehicle", {"distance": 140.0}, 100.0),  # the route starts 91 m in
+        ("C", "ControlLoss", {}, 200.0),
+        ("X", "MadeUpType", {}, 250.0),
+        ("H", "HardBreakRoute", {}, 300.0),
+    ]
+    out = play(plan.lanes, road_map, elements, 0, "route 0")
+    assert out.types == ["HardBreakRoute"] and out.played.front_brakes == [{"at": 300.0, "ahead": 60.0}]
+    assert "the 140 m needed behind" in out.skipped["EV"] and out.unsupported == ["ControlLoss", "MadeUpType"]
+    from dataclasses import replace
+
+    from scenarios.routes import RouteScenario
+
+    trigger = route.keypoints[2]
+    made_up = replace(route, scenarios=(RouteScenario("X", "MadeUpType", trigger),))
+    plan2 = plan_route(made_up, road_map)
+    scn = route_scenario(made_up, plan2, TOWNS / "Town01.xodr.gz", road_map)
+    assert scn.params["scenario_types_unsupported"] == ["MadeUpType"]
+    with pytest.raises(ValueError, match="route 0: scenario types not supported"):
+        route_scenario(made_up, plan2, TOWNS / "Town01.xodr.gz", road_map, strict=True)
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"distance": "far"}, "distance='far' is not a number"),
+        ({"distance": 60.0, "direction": "up"}, "direction='up' is neither"),
+        ({"distance": -5.0}, "distance=-5.0 is not a number in [5, 1000]"),
+    ],
+)
+def test_a_parameter_that_makes_no_sense_names_the_route_the_element_and_the_parameter(town01_route, params, message):
+    road_map, _, plan, _ = town01_route
+    with pytest.raises(BadParameter) as e:
+        play(plan.lanes, road_map, [("Parked_7", "ParkedObstacle", params, 150.0)], 0, "route 0")
+    assert str(e.value).startswith("route 0: scenario Parked_7 (ParkedObstacle): ") and message in str(e.value)
+
+
+def test_the_expert_passes_a_parked_obstacle_and_stops_for_a_hard_braking_leader_closed_loop(town01_route):
+    from dataclasses import replace
+
+    from agents.expert import Expert
+    from envs import TrajectoryController, World
+    from scenarios.routes import Keypoint, RouteScenario
+
+    road_map, route, _, frame = town01_route
+    x, y, h = frame.pose(150.0)
+    parked = RouteScenario("P", "ParkedObstacleTwoWays", Keypoint(x, y, 0.0, h), {"distance": 60.0})
+    short = replace(route, scenarios=(parked,))
+    scn = route_scenario(short, plan_route(short, road_map), TOWNS / "Town01.xodr.gz", road_map)
+    scn = scn.model_validate(scn.model_dump() | {"background": None, "duration_s": 60.0})
+    world = World(scn)
+    expert, ctl = Expert(), TrajectoryController()
+    expert.reset({"world": world})
+    passed = False
+    for k in range(600):
+        st = world.state
+        if k % 5 == 0:
+            ctl.set_plan(expert.act().trajectory, float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]))
+        world.step(*ctl.control(float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]), st.steer))
+        if world.state.progress > 230.0:
+            passed = True
+            break
+    assert passed, f"stuck at {world.state.progress:.0f} m"
+    assert not [e for e in world.log if e.kind == "collision"]
+    car = world.compiled.actors.index("sc0.parked0")
+    assert world.state.active[car] and np.hypot(world.state.x[car] - x, world.state.y[car] - y) > 50.0
+
+
+def test_the_readme_table_is_the_one_the_code_makes():
+    from scenarios.leaderboard import types_table
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert types_table() in readme
