@@ -301,7 +301,7 @@ def route_scenario(
     if goal < 10.0:
         raise ValueError(f"route {route.id}: its keypoints span only {goal:.1f} m of road")
     elements = [(sc.name, sc.type, sc.params, s) for sc, s in plan.scenarios]
-    played = play(plan.lanes, road_map, elements, seed, f"route {route.id}")
+    played = play(plan.lanes, road_map, elements, f"route {route.id}")
     if strict and played.unsupported:
         raise ValueError(f"route {route.id}: scenario types not supported (--strict): {', '.join(played.unsupported)}")
     types = sorted(set(played.types))

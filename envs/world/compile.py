@@ -526,14 +526,10 @@ def _flow_pools(
         )
         size = {"length": 1.8, "width": 0.7, "height": 1.7} if flow.kind == "cyclist" else {}
         for k in range(flow.max_actors):
+            # (a one-lane placeholder path, as background rows have: the world puts each on the flow's path)
+            first = flow.path[0]
             spec = idm_actor(
-                f"{flow.id}.{k}",
-                flow.path[0],
-                flow.s,
-                flow.speed,
-                list(flow.path),
-                flow.speed,
-                reacts_to_signals=flow.reacts_to_signals,
+                f"{flow.id}.{k}", first, 0.0, flow.speed, [first], flow.speed, reacts_to_signals=flow.reacts_to_signals
             )
             actors.append(ActorSpec.model_validate(spec | {"kind": flow.kind} | size))
     return pools, actors

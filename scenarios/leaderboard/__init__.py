@@ -1,16 +1,13 @@
 """The Leaderboard 2.0 scenario types on the embedded world (see ``base`` for how a type is built).
 
-``play(route_lanes, road_map, scenarios, seed)`` turns a planned route's scenario elements into the
+``play(route_lanes, road_map, scenarios, where)`` turns a planned route's scenario elements into the
 actors, flows, front-brake events and signal programs of its embedded-world scenario, and says which
 elements it played, which it skipped (and why) and which types it does not know.
 """
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from scenarios.leaderboard import crossings, flows, junctions, obstacles, vehicles  # noqa: F401  (registers)
 from scenarios.leaderboard.base import TYPES, BadParameter, NotPlaced, Placed, Played, RouteFrame, ScenarioType
@@ -35,9 +32,7 @@ class PlayedRoute:
     unsupported: list[str] = field(default_factory=list)  # types with no builder (sorted, unique)
 
 
-def play(
-    lanes: list[str], road_map: RoadMap, scenarios: list[tuple[str, str, dict, float]], seed: int, where: str
-) -> PlayedRoute:
+def play(lanes: list[str], road_map: RoadMap, scenarios: list[tuple[str, str, dict, float]], where: str) -> PlayedRoute:
     """Build each ``(name, type, params, trigger arc length)`` on the route's lanes. An element whose
     parameters make no sense raises ``BadParameter`` naming ``where``, the element and the parameter;
     one that does not fit the road is skipped with its reason."""
@@ -49,8 +44,7 @@ def play(
         if spec is None:
             unknown.add(kind)
             continue
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode()), k])
-        placed = Placed(name, kind, params, s, f"sc{k}", rng)
+        placed = Placed(name, kind, params, s, f"sc{k}")
         try:
             part = spec.build(route, placed)
         except BadParameter as e:

@@ -67,15 +67,14 @@ def scenario_type(name: str, behaviour: str, approximated: str = "", group: str 
 
 @dataclass
 class Placed:
-    """One scenario element of a route: its type, parameters, where its trigger lies along the route, a
-    prefix for its actors' ids and the random stream it may draw from."""
+    """One scenario element of a route: its type, parameters, where its trigger lies along the route and a
+    prefix for its actors' ids."""
 
     name: str
     type: str
     params: dict[str, Any]
     s: float  # route arc length of the trigger point
     prefix: str
-    rng: np.random.Generator
 
     def value(self, key: str, default: float, lo: float = 0.0, hi: float = 1e4) -> float:
         raw = self.params.get(key, default)
@@ -134,6 +133,10 @@ class RouteFrame:
         xy, h = geo.interpolate(self.line, self.s_line, min(max(s, 0.0), self.length))
         h = float(h)
         return float(xy[0] - lateral * math.sin(h)), float(xy[1] + lateral * math.cos(h)), h
+
+    def side(self, direction: str) -> float:
+        """The lateral sign of a scenario's ``direction`` ("right": the kerb side of a driver on this map)."""
+        return self.right if direction == "right" else -self.right
 
     def in_junction(self, s: float) -> bool:
         return self.lane_at(s)[0].junction is not None
@@ -223,6 +226,11 @@ def on_lane(lane: Lane, xy: np.ndarray) -> float:
     """Arc length of ``xy``'s projection on ``lane``."""
     s, _, _ = geo.project(lane.centerline, lane.s, xy)
     return float(min(max(s, 0.0), lane.length))
+
+
+def stretch(appear: float, leave: float) -> dict:
+    """The ``appear_at`` / ``leave_at`` of an actor or flow: metres of the ego's route it exists between."""
+    return {"appear_at": round(appear, 2), "leave_at": round(leave, 2)}
 
 
 def static_actor(

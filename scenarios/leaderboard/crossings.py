@@ -19,6 +19,7 @@ from scenarios.leaderboard.base import (
     on_lane,
     scenario_type,
     static_actor,
+    stretch,
 )
 from scenarios.maps import Lane
 
@@ -50,8 +51,7 @@ def _walk(
             "speed": speed,
             "trigger": {"ego_distance": trigger_m},
         },
-        "appear_at": round(appear, 2),
-        "leave_at": round(leave, 2),
+        **stretch(appear, leave),
     }
     return actor
 
@@ -102,7 +102,7 @@ def _crossing_behind(route: RouteFrame, sc: Placed, blocker_size, blocker_kind: 
     start, end = _across(route, s + blocker_size[0] / 2 + 1.0, edge, far, angle)
     # it steps out when the ego is about 2 s away at a town speed (scenario_runner times it to the ego)
     walker = _walk(sc.id("walker"), start, end, 2.0, max(12.0, min(distance, 25.0)), sc.s, leave)
-    return Played(actors=[blocker | {"appear_at": round(sc.s, 2), "leave_at": round(leave, 2)}, walker])
+    return Played(actors=[blocker | stretch(sc.s, leave), walker])
 
 
 @scenario_type(
@@ -224,8 +224,7 @@ def crossing_bicycle_flow(route: RouteFrame, sc: Placed) -> Played:
                 "gap": list(sc.interval("source_dist_interval", (20.0, 50.0))),
                 "kind": "cyclist",
                 "reacts_to_signals": False,
-                "appear_at": round(sc.s, 2),
-                "leave_at": round(leave, 2),
+                **stretch(sc.s, leave),
             }
         ]
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from scenarios import geometry as geo
-from scenarios.leaderboard.base import NotPlaced, Placed, Played, RouteFrame, scenario_type
+from scenarios.leaderboard.base import NotPlaced, Placed, Played, RouteFrame, scenario_type, stretch
 from scenarios.leaderboard.crossings import nearest_lane
 from scenarios.towns import route_between
 
@@ -35,8 +35,7 @@ def actor_flow(route: RouteFrame, sc: Placed, default_speed: float = 10.0) -> Pl
                 "end_s": round(end_s, 2),
                 "speed": sc.value("flow_speed", default_speed, 1.0, 40.0),
                 "gap": list(sc.interval("source_dist_interval", (20.0, 50.0))),
-                "appear_at": round(sc.s, 2),
-                "leave_at": round(leave, 2),
+                **stretch(sc.s, leave),
                 "max_actors": 16,
             }
         ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from scenarios.leaderboard.base import CAR, NotPlaced, Placed, Played, RouteFrame, scenario_type, static_actor
+from scenarios.leaderboard.base import CAR, NotPlaced, Placed, Played, RouteFrame, scenario_type, static_actor, stretch
 from scenarios.maps import Lane
 
 GREEN = {"phases": [{"state": "green", "duration": 300.0}]}
@@ -95,8 +95,7 @@ def _turn_flow(route: RouteFrame, sc: Placed, bearing: float, signalized: bool) 
                 "s": round(s0, 2),
                 "speed": speed,
                 "gap": list(gap),
-                "appear_at": round(sc.s, 2),
-                "leave_at": round(j.exit_s + 20.0, 2),
+                **stretch(sc.s, j.exit_s + 20.0),
             }
         ]
     )
@@ -165,8 +164,7 @@ def _crossing_vehicle(route: RouteFrame, sc: Placed, signalized: bool) -> Played
                 "speed": round(speed, 2),
                 "path": path,
                 "behaviour": {"type": "idm", "desired_speed": round(speed, 2), "reacts_to_signals": False},
-                "appear_at": round(max(j.entry_s - ahead, sc.s), 2),
-                "leave_at": round(j.exit_s + 60.0, 2),
+                **stretch(max(j.entry_s - ahead, sc.s), j.exit_s + 60.0),
             }
         ]
     )
@@ -211,7 +209,7 @@ def blocked_intersection(route: RouteFrame, sc: Placed) -> Played:
     s = min(j.exit_s + 5.0, route.length - 1.0)
     blocker = static_actor(sc.id("blocker"), route.pose(s), CAR, "vehicle")
     blocker["behaviour"] = {"type": "static", "trigger": {"ego_distance": 13.0}, "remove_after": 10.0}
-    return Played(actors=[blocker | {"appear_at": round(sc.s, 2), "leave_at": round(s + 60.0, 2)}])
+    return Played(actors=[blocker | stretch(sc.s, s + 60.0)])
 
 
 @scenario_type(

@@ -9,6 +9,8 @@ when the ego reaches the trigger and leave 50 m after it has passed the last of 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from scenarios.leaderboard.base import (
@@ -24,35 +26,48 @@ from scenarios.leaderboard.base import (
     on_lane,
     scenario_type,
     static_actor,
+    stretch,
 )
+from scenarios.maps import Lane
 
 END_DISTANCE = 50.0  # metres past the last actor after which the scenario's actors leave
 TRIGGER_DISTANCE = 50.0  # the oncoming flow starts when the ego is this close to the obstacle
 
 
-def _side(route: RouteFrame, direction: str) -> float:
-    """The lateral sign of ``direction`` ("right": the kerb side of a driver on this map)."""
-    return route.right if direction == "right" else -route.right
+def _oncoming_lane(route: RouteFrame, sc: Placed, at: float) -> Lane:
+    lane = route.oncoming(at)
+    if lane is None:
+        raise NotPlaced(f"no oncoming lane {at - sc.s:.0f} m after the trigger")
+    return lane
+
+
+def _flow_towards_ego(
+    route: RouteFrame,
+    sc: Placed,
+    lane: Lane,
+    source: float,
+    gap: tuple[float, float],
+    name: str = "oncoming",
+    length: float = 250.0,
+    max_speed: float = math.inf,
+) -> dict:
+    """A flow in the oncoming ``lane`` at its limit (at most ``max_speed``), entering where it passes
+    route arc length ``source`` and following ``length`` metres of the lane and its successors."""
+    x, y, _ = route.pose(min(source, route.length))
+    return {
+        "id": sc.id(name),
+        "path": route.road_map.follow(lane.id, length),
+        "s": round(on_lane(lane, np.array([x, y])), 2),
+        "speed": round(min(lane.speed_limit, max_speed), 2),
+        "gap": list(gap),
+    }
 
 
 def _oncoming_flow(route: RouteFrame, sc: Placed, first: float, last: float, gap: tuple[float, float]) -> dict:
     """The flow in the oncoming lane that the ego must find a gap in (scenario_runner's
     OppositeActorFlow): it enters 100 m beyond the obstacle and runs past it."""
-    lane = route.oncoming(last)
-    if lane is None:
-        raise NotPlaced("no oncoming lane beside the obstacle")
-    x, y, _ = route.pose(min(last + 100.0, route.length))
-    source = on_lane(lane, np.array([x, y]))
-    path = route.road_map.follow(lane.id, 250.0)
-    return {
-        "id": sc.id("oncoming"),
-        "path": path,
-        "s": round(source, 2),
-        "speed": round(lane.speed_limit, 2),
-        "gap": list(gap),
-        "appear_at": round(max(first - TRIGGER_DISTANCE, sc.s), 2),
-        "leave_at": round(last + END_DISTANCE, 2),
-    }
+    flow = _flow_towards_ego(route, sc, _oncoming_lane(route, sc, last), last + 100.0, gap)
+    return flow | stretch(max(first - TRIGGER_DISTANCE, sc.s), last + END_DISTANCE)
 
 
 def _obstacle(
@@ -63,9 +78,9 @@ def _obstacle(
     played = Played()
     for k, ds in enumerate(offsets):
         s = min(first + ds, route.length - 1.0)
-        lateral = _side(route, direction) * share * route.width(s) / 2
+        lateral = route.side(direction) * share * route.width(s) / 2
         actor = static_actor(sc.id(f"{kind}{k}"), route.pose(s, lateral), size, "vehicle")
-        played.actors.append(actor | {"appear_at": round(sc.s, 2), "leave_at": round(s + END_DISTANCE, 2)})
+        played.actors.append(actor | stretch(sc.s, s + END_DISTANCE))
     return played, first, first + offsets[-1]
 
 
@@ -121,7 +136,7 @@ def _construction(route: RouteFrame, sc: Placed) -> tuple[Played, float, float]:
     the lane behind it."""
     direction = sc.direction()
     first = route.forward(sc.s, sc.value("distance", 100.0, 5.0, 1000.0))
-    side = _side(route, direction)
+    side = route.side(direction)
     played = Played()
     half = route.width(first) / 2
     pieces = [(0.0, side * 0.1 * half, VAN, "board")]
@@ -131,7 +146,7 @@ def _construction(route: RouteFrame, sc: Placed) -> tuple[Played, float, float]:
     for ds, lateral, size, what in pieces:
         s = min(max(first + ds, sc.s), route.length - 1.0)
         actor = static_actor(sc.id(what), route.pose(s, lateral), size)
-        played.actors.append(actor | {"appear_at": round(sc.s, 2), "leave_at": round(last + END_DISTANCE, 2)})
+        played.actors.append(actor | stretch(sc.s, last + END_DISTANCE))
     return played, first - 8.0, last
 
 
@@ -180,8 +195,7 @@ def _bicycles(route: RouteFrame, sc: Placed) -> tuple[Played, float, float]:
                 "width": BICYCLE[1],
                 "height": BICYCLE[2],
                 "behaviour": {"type": "idm", "desired_speed": round(speed, 2), "reacts_to_signals": False},
-                "appear_at": round(sc.s, 2),
-                "leave_at": round(s + drive + END_DISTANCE, 2),
+                **stretch(sc.s, s + drive + END_DISTANCE),
             }
         )
     return played, first, first + 9.0 + drive
@@ -219,17 +233,17 @@ def hazard_at_side_lane_two_ways(route: RouteFrame, sc: Placed) -> Played:
 )
 def vehicle_opens_door(route: RouteFrame, sc: Placed) -> Played:
     first = route.forward(sc.s, sc.value("distance", 50.0, 5.0, 1000.0))
-    side = _side(route, sc.direction())
+    side = route.side(sc.direction())
     half = route.width(first) / 2
     car_lateral = side * (half + 0.45)  # the car stands on the lane's edge, half a metre into the lane
-    leave = round(first + END_DISTANCE, 2)
+    leave = first + END_DISTANCE
     played = Played()
     car = static_actor(sc.id("car"), route.pose(first, car_lateral), CAR, "vehicle")
     door_lateral = car_lateral - side * (CAR[1] / 2 + 0.45)
     door = static_actor(sc.id("door"), route.pose(first + 0.6, door_lateral), (0.25, 0.9, 1.2), "static")
     played.actors += [
-        car | {"appear_at": round(sc.s, 2), "leave_at": leave},
-        door | {"appear_at": round(max(first - 30.0, sc.s), 2), "leave_at": leave},
+        car | stretch(sc.s, leave),
+        door | stretch(max(first - 30.0, sc.s), leave),
     ]
     played.flows.append(_oncoming_flow(route, sc, first, first, sc.interval("frequency", (20.0, 100.0))))
     return played
@@ -245,21 +259,7 @@ def invading_turn(route: RouteFrame, sc: Placed) -> Played:
     distance = sc.value("distance", 100.0, 5.0, 1000.0)
     offset = sc.value("offset", 0.25, 0.0, 1.0)
     end = min(sc.s + distance, route.length - 1.0)
-    lane = route.oncoming(end)
-    if lane is None:
-        raise NotPlaced("no oncoming lane at the bend")
-    x, y, _ = route.pose(end)
-    return Played(
-        flows=[
-            {
-                "id": sc.id("invading"),
-                "path": route.road_map.follow(lane.id, distance + 100.0),
-                "s": round(on_lane(lane, np.array([x, y])), 2),
-                "speed": round(min(lane.speed_limit, 12.0), 2),
-                "gap": [25.0, 40.0],
-                "lateral": round(min(offset * lane.width, 1.5), 3),
-                "appear_at": round(sc.s, 2),
-                "leave_at": round(end + 10.0, 2),
-            }
-        ]
-    )
+    lane = _oncoming_lane(route, sc, end)
+    flow = _flow_towards_ego(route, sc, lane, end, (25.0, 40.0), "invading", distance + 100.0, max_speed=12.0)
+    flow["lateral"] = round(min(offset * lane.width, 1.5), 3)
+    return Played(flows=[flow | stretch(sc.s, end + 10.0)])

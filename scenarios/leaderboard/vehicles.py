@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from scenarios.leaderboard.base import CAR, NotPlaced, Placed, Played, RouteFrame, on_lane, scenario_type, static_actor
+from scenarios.leaderboard.base import (
+    CAR,
+    NotPlaced,
+    Placed,
+    Played,
+    RouteFrame,
+    on_lane,
+    scenario_type,
+    static_actor,
+    stretch,
+)
 from scenarios.leaderboard.crossings import nearest_lane
 from scenarios.towns import route_between
 
@@ -54,12 +64,12 @@ def static_cut_in(route: RouteFrame, sc: Placed) -> Played:
     for k in range(1, 3):  # the queue ahead of the car that cuts in
         xy, h = beside.pose_at(min(s_b + 7.0 * k, beside.length))
         car = static_actor(sc.id(f"queue{k}"), (float(xy[0]), float(xy[1]), float(h)), CAR, "vehicle")
-        played.actors.append(car | {"appear_at": round(sc.s, 2), "leave_at": round(leave, 2)})
+        played.actors.append(car | stretch(sc.s, leave))
     target, _ = route.lane_at(s)
     path = route.road_map.follow(beside.id, 200.0)
     speed = sc.value("speed", 8.0, 1.0, 40.0)  # m/s (the files give 17)
     actor = _cut_in(sc.id("cut_in"), beside.id, s_b, 0.0, path, target.id, 20.0, speed)
-    played.actors.append(actor | {"appear_at": round(sc.s, 2), "leave_at": round(leave + 100.0, 2)})
+    played.actors.append(actor | stretch(sc.s, leave + 100.0))
     return played
 
 
@@ -71,17 +81,17 @@ def static_cut_in(route: RouteFrame, sc: Placed) -> Played:
     "Merging",
 )
 def parking_cut_in(route: RouteFrame, sc: Placed) -> Played:
-    side = route.right if sc.direction() == "right" else -route.right
+    side = route.side(sc.direction())
     s = route.forward(sc.s, 30.0)
     lane, s_on = route.lane_at(s)
     lateral = side * (route.width(s) / 2 + CAR[1] / 2 + 0.15)  # on the kerb side, clear of the lane
     played = Played()
     leave = s + END_DISTANCE
     blocker = static_actor(sc.id("parked"), route.pose(s + 7.0, lateral), CAR, "vehicle")
-    played.actors.append(blocker | {"appear_at": round(sc.s, 2), "leave_at": round(leave, 2)})
+    played.actors.append(blocker | stretch(sc.s, leave))
     path = route.lanes_from(s, 200.0)
     actor = _cut_in(sc.id("cut_in"), lane.id, s_on, lateral, path, lane.id, 15.0, 8.0)
-    played.actors.append(actor | {"appear_at": round(sc.s, 2), "leave_at": round(leave + 150.0, 2)})
+    played.actors.append(actor | stretch(sc.s, leave + 150.0))
     return played
 
 
@@ -111,8 +121,7 @@ def highway_cut_in(route: RouteFrame, sc: Placed) -> Played:
                 "speed": round(speed, 2),
                 "path": path,
                 "behaviour": {"type": "idm", "desired_speed": round(speed, 2), "reacts_to_signals": False},
-                "appear_at": round(sc.s, 2),
-                "leave_at": round(goal_s + 200.0, 2),
+                **stretch(sc.s, goal_s + 200.0),
             }
         ]
     )
@@ -161,8 +170,7 @@ def yield_to_emergency_vehicle(route: RouteFrame, sc: Placed) -> Played:
                     "reacts_to_signals": False,
                     "time_headway": 0.8,
                 },
-                "appear_at": round(sc.s, 2),
-                "leave_at": round(sc.s + 400.0, 2),
+                **stretch(sc.s, sc.s + 400.0),
             }
         ]
     )

@@ -60,7 +60,7 @@ def test_obstacles_stand_where_scenario_runner_puts_them(town01_route):
         ("Parked_1", "ParkedObstacle", {"distance": 60.0, "direction": "right"}, s),
         ("Accident_1", "Accident", {"distance": 40.0, "direction": "left"}, s),
     ]
-    out = play(plan.lanes, road_map, elements, 0, "route 0")
+    out = play(plan.lanes, road_map, elements, "route 0")
     parked, police, first, second = out.played.actors
     width = frame.width(s + 60.0)
     assert frame.right == 1.0  # Town01 in CARLA's frame is mirrored: the kerb side is the geometric left
@@ -73,7 +73,7 @@ def test_obstacles_stand_where_scenario_runner_puts_them(town01_route):
         assert actor["position"][:2] == pytest.approx([x, y], abs=1e-3)
     assert out.types == ["ParkedObstacle", "Accident"] and not out.skipped
     # stopping short of the junction, as scenario_runner's waypoints do
-    far = play(plan.lanes, road_map, [("P", "ParkedObstacle", {"distance": 400.0}, s)], 0, "route 0")
+    far = play(plan.lanes, road_map, [("P", "ParkedObstacle", {"distance": 400.0}, s)], "route 0")
     x, y, _ = frame.pose(frame.junction_after(s)[0] - 1.0, frame.right * 0.7 * frame.width(354.0) / 2)
     assert far.played.actors[0]["position"][:2] == pytest.approx([x, y], abs=1e-3)
 
@@ -87,7 +87,6 @@ def test_two_ways_variants_add_an_oncoming_flow_and_junction_types_a_flow_throug
             ("P2", "ParkedObstacleTwoWays", {"distance": 60.0, "frequency": (30.0, 60.0)}, 150.0),
             ("L", "NonSignalizedJunctionLeftTurn", {"flow_speed": 9.0, "source_dist_interval": (15.0, 25.0)}, 95.0),
         ],
-        0,
         "route 0",
     )
     oncoming, through = out.played.flows
@@ -112,7 +111,7 @@ def test_a_scenario_that_does_not_fit_is_skipped_an_unknown_type_listed_and_stri
         ("X", "MadeUpType", {}, 250.0),
         ("H", "HardBreakRoute", {}, 300.0),
     ]
-    out = play(plan.lanes, road_map, elements, 0, "route 0")
+    out = play(plan.lanes, road_map, elements, "route 0")
     assert out.types == ["HardBreakRoute"] and out.played.front_brakes == [{"at": 300.0, "ahead": 60.0}]
     assert "the 140 m needed behind" in out.skipped["EV"] and out.unsupported == ["ControlLoss", "MadeUpType"]
     from dataclasses import replace
@@ -139,7 +138,7 @@ def test_a_scenario_that_does_not_fit_is_skipped_an_unknown_type_listed_and_stri
 def test_a_parameter_that_makes_no_sense_names_the_route_the_element_and_the_parameter(town01_route, params, message):
     road_map, _, plan, _ = town01_route
     with pytest.raises(BadParameter) as e:
-        play(plan.lanes, road_map, [("Parked_7", "ParkedObstacle", params, 150.0)], 0, "route 0")
+        play(plan.lanes, road_map, [("Parked_7", "ParkedObstacle", params, 150.0)], "route 0")
     assert str(e.value).startswith("route 0: scenario Parked_7 (ParkedObstacle): ") and message in str(e.value)
 
 
