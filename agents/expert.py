@@ -2,8 +2,9 @@
 
 Each decision it (1) sees every actor near its route in route coordinates (arc length s, lateral
 offset), (2) picks a lateral target: stay in lane, overtake through a free same-direction lane, or
-nudge through a clear oncoming lane around a blocked lane, (3) plans a speed profile with IDM on the
-tightest of: the leader in its corridor, pedestrians near its path, red lights and stop signs, and
+nudge out round a standing obstacle through the oncoming lane and back when the oncoming traffic
+leaves time for the whole pass, (3) plans a speed profile with IDM on the tightest of: the leader
+on the path it plans (the body follows that path), pedestrians near it, red lights and stop signs, and
 yield points where its junction path conflicts with traffic that has priority (unprotected left
 turns, stop signs, merges), capped by the lane limit, curvature and caution near occluders, and
 (4) writes the Chain-of-Causation text from those same decision factors.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -45,25 +47,28 @@ class Seen:
 
 CROSS_ACCEL = 2.0  # m/s^2 the expert counts on when it crosses or enters a junction
 CROSS_SPEED = 8.0  # m/s it crosses at, at most
-ONCOMING_DECEL = 3.0  # m/s^2 an oncoming vehicle is counted on to brake at for the expert passing an obstacle
+ONCOMING_DECEL = 2.5  # m/s^2 an oncoming vehicle is counted on to brake at when it sees the expert in its lane
+PASS_ACCEL = 1.5  # m/s^2 it counts on when it passes an obstacle through the oncoming lane (its planner's)
 CROSS_MARGIN_M = 6.0  # metres of its junction path kept clear ahead of and behind it while it crosses
+SIGHT_M = 160.0  # metres it sees (an oncoming flow closing at 15 m/s is 10 s away there)
+MIN_RAMP_M = 4.5  # metres of the shortest move across (a swerve at walking pace)
 
 
-def _distance_covered(t: np.ndarray, v: float) -> np.ndarray:
-    """Metres covered in ``t`` seconds from speed ``v``, accelerating at CROSS_ACCEL up to CROSS_SPEED."""
+def _distance_covered(t: np.ndarray, v: float, accel: float = CROSS_ACCEL) -> np.ndarray:
+    """Metres covered in ``t`` seconds from speed ``v``, accelerating at ``accel`` up to CROSS_SPEED."""
     top = max(v, CROSS_SPEED)
-    t_top = (top - v) / CROSS_ACCEL
-    ramp = v * t + 0.5 * CROSS_ACCEL * t**2
-    return np.where(t < t_top, ramp, v * t_top + 0.5 * CROSS_ACCEL * t_top**2 + top * (t - t_top))
+    t_top = (top - v) / accel
+    ramp = v * t + 0.5 * accel * t**2
+    return np.where(t < t_top, ramp, v * t_top + 0.5 * accel * t_top**2 + top * (t - t_top))
 
 
-def _time_to_cover(distance: float, v: float) -> float:
+def _time_to_cover(distance: float, v: float, accel: float = CROSS_ACCEL) -> float:
     """Seconds to cover ``distance`` metres the same way (the inverse of ``_distance_covered``)."""
     top = max(v, CROSS_SPEED)
-    t_top = (top - v) / CROSS_ACCEL
-    ramp = v * t_top + 0.5 * CROSS_ACCEL * t_top**2
+    t_top = (top - v) / accel
+    ramp = v * t_top + 0.5 * accel * t_top**2
     if distance <= ramp:
-        return (-v + math.sqrt(v * v + 2.0 * CROSS_ACCEL * distance)) / CROSS_ACCEL
+        return (-v + math.sqrt(v * v + 2.0 * accel * distance)) / accel
     return t_top + (distance - ramp) / top
 
 
@@ -83,6 +88,7 @@ class Expert(BaseAgent):
         self.offset = 0.0  # lateral target relative to the route centreline
         self.maneuver: str | None = None  # "overtake_left", "nudge_left", ...
         self.blocker: str | None = None
+        self.pass_end = -math.inf  # route arc length of the far end of what a nudge goes around
         self._stopped_at: dict[int, float] = {}
 
     def act(self, observation: dict[str, Any] | None = None) -> AgentOutput:
@@ -95,10 +101,10 @@ class Expert(BaseAgent):
         idx = idx[idx > 0]
         if not len(idx):
             return []
-        near = np.hypot(st.x[idx] - st.x[0], st.y[idx] - st.y[0]) < 90.0
+        near = np.hypot(st.x[idx] - st.x[0], st.y[idx] - st.y[0]) < SIGHT_M
         idx = idx[near]
         lo = max(st.route_seg - 30, 0)
-        hi = min(st.route_seg + 110, len(c.route_xy) - 1)
+        hi = min(st.route_seg + int(SIGHT_M) + 20, len(c.route_xy) - 1)
         pts, ss = c.route_xy[lo : hi + 1], c.route_s[lo : hi + 1]
         out = []
         for j in idx:
@@ -162,25 +168,41 @@ class Expert(BaseAgent):
         reasons: list[str] = []
         self._lateral_decision(world, seen, s_ego, v, width, ego_len, ego_w, reasons)
 
+        to_blocker, back_at = math.inf, math.inf
+        if self.maneuver is not None:  # reach the side offset by the blocker's rear, however close it is
+            b = next((o for o in seen if o.id == self.blocker), None)
+            if b is not None:
+                to_blocker = b.s - s_ego - (ego_len + b.length) / 2
+            if self.maneuver.startswith("nudge"):  # and back into lane once our rear is past its far end
+                back_at = self.pass_end - s_ego + ego_len / 2 + 0.5
+        elif abs(st.lateral) > 0.5:  # moving back into lane: done before an oncoming car stopped for us
+            to_blocker = self._room_to_pull_back(seen, s_ego, st.lateral, ego_len, ego_w)
+        lateral_ahead = partial(self._offset_profile, st.lateral, v=v, limit=to_blocker, back_at=back_at)
+
         # longitudinal constraints (gaps are bumper to bumper along the route)
         corridor = ego_w / 2 + self._margin(width, ego_w)
         lead_gap, lead_v, lead = math.inf, 0.0, None
+        clip_gap = math.inf  # stop short of the car we go around while we would still clip it
         for o in seen:
             if o.kind == PEDESTRIAN or o.s <= s_ego:
                 continue
-            in_now = abs(o.lat - st.lateral) < corridor + o.width / 2 - (0.3 if o.id == self.blocker else 0.0)
-            in_target = abs(o.lat - self.offset) < corridor + o.width / 2
-            if not (in_now or in_target):
-                continue
             gap = o.s - s_ego - (ego_len + o.length) / 2
-            if self.maneuver and o.id == self.blocker and not in_target:
-                # the car we are going around: only a constraint while we still overlap it, and then
-                # with a short gap so we creep past it while moving over
-                if not in_now:
-                    continue
-                gap += self.s0 - 1.0
-            elif o.static:
-                gap -= 5.0  # stop well back from a parked car: room to pull out around it
+            if gap < -0.5:  # alongside, not ahead: braking cannot help, driving on and away does
+                continue
+            if self.maneuver and o.id == self.blocker:
+                # the car we are going around: while, on our present heading, we would still clip it,
+                # a point to be able to stop at (we pull out as we go, so not a lead to keep a gap to)
+                heading_to = st.lateral + max(gap + ego_len / 2, 0.0) * math.sin(st.heading_error)
+                if min(abs(o.lat - st.lateral), abs(o.lat - heading_to)) < (ego_w + o.width) / 2 + 0.2:
+                    clip_gap = gap
+                continue
+            # in the way if the path we plan (the body follows it: at each metre ahead it lies at the
+            # planned offset) comes within the corridor of the actor's lateral where it stands
+            r = o.s - s_ego + np.linspace(-o.length / 2, o.length / 2, 5)
+            if np.min(np.abs(o.lat - lateral_ahead(np.maximum(r, 0.0)))) >= corridor + o.width / 2:
+                continue
+            if o.static:
+                gap -= 2.0  # stop back from a parked car: room to pull out around it
             if gap < lead_gap:
                 lead_gap, lead_v, lead = gap, max(o.v_along, 0.0), o
         ped_gap, ped = math.inf, None
@@ -201,18 +223,13 @@ class Expert(BaseAgent):
         caution = self._caution(world, seen, s_ego)
 
         cap = route_speed_cap(world)
-        stops = [g for g in (ped_gap, stop_gap, yield_gap) if math.isfinite(g)]
+        stops = [g for g in (ped_gap, stop_gap, yield_gap, clip_gap) if math.isfinite(g)]
         speed_cap = self.caution_speed if caution is not None else math.inf
         ss, vs = speed_profile(
             c.route_s, cap, s_ego, v, (lead_gap, lead_v), stops, self.T, self.s0, speed_cap, max_decel=7.0
         )
         pts, hs = geo.interpolate(c.route_xy, c.route_s, ss)
-        to_blocker = math.inf
-        if self.maneuver is not None:  # reach the side offset by the blocker's rear, however close it is
-            b = next((o for o in seen if o.id == self.blocker), None)
-            if b is not None:
-                to_blocker = b.s - s_ego - (ego_len + b.length) / 2
-        lat = self._offset_profile(st.lateral, ss - s_ego, max(v, 3.0), to_blocker)
+        lat = lateral_ahead(ss - s_ego)
         normals = np.stack([-np.sin(hs), np.cos(hs)], 1)
         pts = pts + lat[:, None] * normals
         if len(lat) > 1:  # heading follows the lateral motion too
@@ -232,13 +249,39 @@ class Expert(BaseAgent):
         }
         return AgentOutput(traj, reasoning, extras)
 
-    def _offset_profile(self, lateral_now: float, dist: np.ndarray, v: float, limit: float = math.inf) -> np.ndarray:
-        """Smooth (cosine) transition from the current lateral offset to the target over ~2.5 s, and
-        never over more than ``limit`` metres (the gap to the car being passed)."""
-        ramp = min(max(7.0, 2.5 * v), max(limit - 0.5, 2.5))
+    @staticmethod
+    def _room_to_pull_back(seen, s_ego: float, lateral: float, ego_len: float, ego_w: float) -> float:
+        """Metres to the nearest vehicle standing or coming at us where we are now, beside our lane."""
+        return min(
+            (
+                o.s - s_ego - (ego_len + o.length) / 2
+                for o in seen
+                if o.kind != PEDESTRIAN
+                and o.s > s_ego
+                and o.v_along < 0.5
+                and abs(o.lat - lateral) < (ego_w + o.width) / 2 + 0.5
+            ),
+            default=math.inf,
+        )
+
+    @staticmethod
+    def _ramp(v: float) -> float:
+        """Metres over which the expert moves across: about 2.5 s, and no less than a tight low-speed swerve."""
+        return max(MIN_RAMP_M, 2.5 * v)
+
+    def _offset_profile(
+        self, lateral_now: float, dist: np.ndarray, v: float, limit: float = math.inf, back_at: float = math.inf
+    ) -> np.ndarray:
+        """The planned lateral offset ``dist`` metres ahead: a smooth (cosine) move from the current
+        offset to the target over ``_ramp``, never over more than ``limit`` metres (the gap to the car
+        being passed), and from ``back_at`` on (a nudge's far end) the same move back into lane."""
+        ramp = min(self._ramp(v), max(limit - 0.5, 2.5))
         u = np.clip(dist / ramp, 0.0, 1.0)
-        w = 0.5 - 0.5 * np.cos(np.pi * u)
-        return lateral_now + (self.offset - lateral_now) * w
+        out = lateral_now + (self.offset - lateral_now) * (0.5 - 0.5 * np.cos(np.pi * u))
+        if math.isfinite(back_at):
+            back = np.clip((dist - max(back_at, 0.0)) / self._ramp(max(v, 3.0)), 0.0, 1.0)
+            out = out * (0.5 + 0.5 * np.cos(np.pi * back))
+        return out
 
     @staticmethod
     def _margin(lane_width: float, ego_w: float) -> float:
@@ -255,7 +298,8 @@ class Expert(BaseAgent):
         desired = world.ego_speed_limit()
         if self.maneuver is not None:
             b = next((o for o in seen if o.id == self.blocker), None)
-            passed = b is None or b.s + b.length / 2 < s_ego - ego_len / 2 - 2.0  # our rear is past its front
+            far_end = max(self.pass_end, -math.inf if b is None else b.s + b.length / 2)
+            passed = far_end < s_ego - ego_len / 2 - 0.5  # our rear is past its (or the whole obstacle's) front
             own_clear = not any(
                 abs(o.lat) < corridor + o.width / 2 and s_ego - 4 < o.s < s_ego + 25
                 for o in seen
@@ -265,10 +309,13 @@ class Expert(BaseAgent):
                 reasons.append(
                     f"Passed the {'parked car' if b is None or b.static else 'slow vehicle'}; return to my lane."
                 )
-                self.maneuver, self.blocker, self.offset = None, None, 0.0
-            elif self.maneuver.startswith("nudge") and not self._oncoming_clear(seen, s_ego, v, blocker or b):
-                if abs(st.lateral) < 0.8:  # not committed yet: abort and wait behind
-                    self.maneuver, self.blocker, self.offset = None, None, 0.0
+                self._end_maneuver()
+            elif self.maneuver.startswith("nudge") and abs(st.lateral) < 0.3:
+                # not committed yet (a car half out in the oncoming lane must go on: standing there, it
+                # would be in the oncoming traffic's way): abort and wait behind if the gap has closed by
+                # more than the margin it was taken with (a gap judged again at every step would flicker)
+                if not self._oncoming_clear(seen, s_ego, v, ego_len, blocker or b, margin=-5.0):
+                    self._end_maneuver()
             return
         if blocker is None or nb["junction"] is not None:
             return
@@ -284,15 +331,39 @@ class Expert(BaseAgent):
                 f"{'Parked car' if blocker.static else 'Slow vehicle'} ahead at {gap:.0f} m in my lane; "
                 f"the {side} lane is free, so change lanes to the {side} to pass it."
             )
-        elif nb["opposite"] is not None and blocker.static and self._oncoming_clear(seen, s_ego, v, blocker):
+        elif (
+            nb["opposite"] is not None
+            and blocker.static
+            and gap <= self._ramp(v) + 6.0  # swing out now, not tens of metres early in the oncoming lane
+            and self._oncoming_clear(seen, s_ego, v, ego_len, blocker)
+        ):
             sign = 1.0 if self._side_of(world, nb["opposite"]) >= 0 else -1.0
             side = "left" if sign > 0 else "right"
-            clear = sign * blocker.lat + blocker.width / 2 + ego_w / 2 + 0.9
+            clear = max(sign * o.lat + o.width / 2 for o in self._obstacle(seen, blocker)) + ego_w / 2 + 0.9
             self.maneuver, self.blocker = f"nudge_{side}", blocker.id
             self.offset = sign * min(max(clear, 1.5), width)
+            self.pass_end = self._obstacle_end(seen, blocker)
             reasons.append(
                 f"Parked car blocks my lane at {gap:.0f} m; the oncoming lane is clear, so nudge {side} around it."
             )
+
+    def _end_maneuver(self) -> None:
+        self.maneuver, self.blocker, self.offset, self.pass_end = None, None, 0.0, -math.inf
+
+    @staticmethod
+    def _obstacle(seen, blocker: Seen) -> list[Seen]:
+        """A standing obstacle: the blocker and whatever stands in line with it less than a car length
+        beyond (an accident's three cars, a taper of cones and the board behind it)."""
+        parts, end = [blocker], blocker.s + blocker.length / 2
+        for o in sorted(seen, key=lambda o: o.s):
+            if o.static and o.s > blocker.s and o.s - o.length / 2 < end + 6.0 and abs(o.lat - blocker.lat) < 2.5:
+                parts.append(o)
+                end = max(end, o.s + o.length / 2)
+        return parts
+
+    def _obstacle_end(self, seen, blocker: Seen) -> float:
+        """Route arc length of the far end of the obstacle ``blocker`` belongs to."""
+        return max(o.s + o.length / 2 for o in self._obstacle(seen, blocker))
 
     @staticmethod
     def _lane_free(seen, s_ego, width, target, ahead) -> bool:
@@ -303,21 +374,23 @@ class Expert(BaseAgent):
             for o in seen
         )
 
-    @staticmethod
-    def _oncoming_clear(seen, s_ego, v, blocker) -> bool:
-        """Oncoming traffic far enough for the pass: each oncoming vehicle either cannot reach the end
-        of our pass before we are back in lane (both closing), or sees us in its lane early enough to
-        stop short of it (a second to react, ONCOMING_DECEL), as the world's traffic does."""
+    def _oncoming_clear(self, seen, s_ego, v, ego_len, blocker, margin: float = 10.0) -> bool:
+        """Oncoming traffic far enough for the pass: each oncoming vehicle either cannot reach the end of
+        our pass (the obstacle's far end, our length and the move back) before we are back in lane, or,
+        braking gently (ONCOMING_DECEL) once it sees us in its lane (the world's HEAD_ON_RANGE), stops
+        short of that end with room to spare (HEAD_ON_STANDOFF): one that stops in front of us would
+        leave us beside the obstacle in its lane."""
         if blocker is None:
             return True
-        span = blocker.s + blocker.length / 2 + 8.0 - s_ego
-        t_pass = span / max(v, 3.0) + 2.0
+        # until we are half-way back in lane, out of the oncoming vehicles' way
+        span = self._obstacle_end(seen, blocker) - s_ego + ego_len / 2 + self._ramp(CROSS_SPEED) / 2 + 2.0
+        t_pass = _time_to_cover(span, v, PASS_ACCEL) + 1.0
         for o in seen:
             if o.kind == PEDESTRIAN or o.v_along > -0.5 or o.s < s_ego:
                 continue
             u = -o.v_along
-            stops = u * 1.0 + u * u / (2.0 * ONCOMING_DECEL)
-            if o.s - s_ego < span + min(u * t_pass, stops) + 10.0:
+            stops = min(o.s - s_ego, kernels.HEAD_ON_RANGE) - u * 1.0 - u * u / (2.0 * ONCOMING_DECEL)
+            if o.s - s_ego < span + u * t_pass + margin and stops < span + kernels.HEAD_ON_STANDOFF + margin / 4:
                 return False
         return True
 
@@ -462,6 +535,8 @@ class Expert(BaseAgent):
         """Slow down next to parked cars that could hide a pedestrian, and near crossing walkers."""
         for o in seen:
             if o.static and o.kind != PEDESTRIAN and 0 < o.s - s_ego < 30.0 and 1.5 < abs(o.lat - self.offset) < 6.0:
+                if o.s <= self.pass_end + 1.0:  # what we are passing: the less time in the oncoming lane the better
+                    continue
                 return "occlusion"
             if o.kind == PEDESTRIAN and 0 < o.s - s_ego < 35.0 and abs(o.lat - self.offset) < 8.0:
                 return "pedestrian_near"

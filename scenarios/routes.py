@@ -339,6 +339,7 @@ def route_scenario(
         "actors": played.played.actors,
         "flows": played.played.flows,
         "front_brakes": played.played.front_brakes,
+        "clear_background": played.played.clear_background,
         "signals": signal_plans(road_map, rng) | played.played.signals,
         "duration_s": round(min(MAX_DURATION_S, time_budget(road_map, plan.lanes, goal)), 1),
         "tags": ["route", route.town, *[f"scenario:{t}" for t in types]],

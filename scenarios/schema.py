@@ -192,6 +192,25 @@ class FrontBrake(_Strict):
     ahead: float = Field(default=60.0, gt=0, le=300)
 
 
+class ClearBackground(_Strict):
+    """While the ego's route arc length is in [``appear_at``, ``leave_at``), background vehicles are
+    kept out of the route's lane between the ego and ``ahead_to`` and, with ``oncoming``, out of the
+    lanes beside the route running the other way up to ``ahead_to`` + ``ONCOMING_BEYOND`` (the
+    Leaderboard's background manager making room for a scenario: LeaveSpaceInFront and
+    ChangeOppositeBehavior(active=False))."""
+
+    appear_at: float = Field(ge=0)
+    leave_at: float = Field(gt=0)
+    ahead_to: float = Field(gt=0)
+    oncoming: bool = False
+
+    @model_validator(mode="after")
+    def _sane(self) -> ClearBackground:
+        if self.leave_at <= self.appear_at:
+            raise ValueError(f"leave_at ({self.leave_at}) must come after appear_at ({self.appear_at})")
+        return self
+
+
 # --- ego, signals, success ------------------------------------------------------------------------
 class EgoSpec(_Strict):
     lane: str
@@ -246,6 +265,7 @@ class Scenario(_Strict):
     background: BackgroundTraffic | None = None
     flows: list[ActorFlow] = Field(default_factory=list, exclude_if=lambda v: not v)
     front_brakes: list[FrontBrake] = Field(default_factory=list, exclude_if=lambda v: not v)
+    clear_background: list[ClearBackground] = Field(default_factory=list, exclude_if=lambda v: not v)
     duration_s: float = Field(default=30.0, gt=0, le=3600)  # an hour: the longest Leaderboard routes
     success: SuccessCriteria = Field(default_factory=SuccessCriteria)
     tags: list[str] = Field(default_factory=list)

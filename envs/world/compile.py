@@ -21,7 +21,7 @@ from scenarios import geometry as geo
 from scenarios.banks import load_map
 from scenarios.families import idm_actor, random_path
 from scenarios.maps import DRIVABLE_MARGIN, RoadMap
-from scenarios.schema import ActorSpec, Scenario
+from scenarios.schema import ActorSpec, ClearBackground, Scenario
 from scenarios.towns import lanes_near
 
 OFFROAD_TOLERANCE = 0.3  # metres (nuPlan's drivable-area tolerance)
@@ -118,6 +118,7 @@ class CompiledScenario:
     flows: tuple[FlowPool, ...] = ()
     idx_timed: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # static actors that leave in time
     front_brakes: tuple[tuple[float, float], ...] = ()  # (route arc length, metres ahead), in order
+    clear_background: tuple[ClearBackground, ...] = ()
     _held_states: tuple[float, float, np.ndarray] | None = field(default=None, repr=False)  # (from, until, states)
 
     def signal_states(self, t: float) -> np.ndarray:
@@ -429,12 +430,14 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
             (motion == Motion.STATIC) & (np.isfinite(table.trigger_time) | (table.trigger_distance > 0))
         ),
         front_brakes=tuple(sorted((b.at, b.ahead) for b in scn.front_brakes)),
+        clear_background=tuple(scn.clear_background) if pools else (),
     )
 
 
 SPAWN_SPACING = 5.0  # metres between the spawn points on a background lane
 FRONT_BRAKE_DECEL = 6.0  # m/s^2 of the vehicles a front-brake event stops
 FRONT_BRAKE_HOLD = 5.0  # seconds they stand before driving on
+ONCOMING_BEYOND = 100.0  # metres past a ClearBackground's ``ahead_to`` that its oncoming lanes are kept clear
 WALK_SPEED = 1.3  # m/s of background pedestrians
 
 

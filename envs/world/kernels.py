@@ -52,6 +52,8 @@ class RightOfWay(NamedTuple):
 
 GEOMETRIC_RANGE = 45.0  # metres of path ahead searched for the ego / walkers
 OBSTACLE_MARGIN = 0.3  # metres of clearance to the ego / a walker beside the path (2.5 m lanes leave 0.45)
+HEAD_ON_STANDOFF = 8.0  # extra metres a vehicle stops short of one facing it in its lane (room to pull back in)
+HEAD_ON_RANGE = 100.0  # metres of path ahead searched for an ego coming the other way (seen from afar)
 SIGNAL_DECEL = 4.0  # m/s^2: stop for yellow only if this is enough
 LEVEL_GAP = 3.0  # metres of height apart: actors on a bridge and under it never meet
 PRIORITY, GIVE_WAY, STOP, SIGNAL = 0, 1, 2, 3  # junction entry rules (junctions.Rule)
@@ -352,12 +354,15 @@ def traffic_accel(
         best, v_best = np.inf, 0.0
         for q in range(len(obstacles)):
             o = obstacles[q]
-            if not active[o] or abs(x[o] - x[i]) > 50.0 or abs(y[o] - y[i]) > 50.0 or abs(z[o] - z[i]) > LEVEL_GAP:
+            sight = HEAD_ON_RANGE if math.cos(yaw[o] - yaw[i]) < -0.5 else GEOMETRIC_RANGE
+            if not active[o] or abs(x[o] - x[i]) > sight + 5.0 or abs(y[o] - y[i]) > sight + 5.0:
+                continue
+            if abs(z[o] - z[i]) > LEVEL_GAP:
                 continue
             reach = 0.5 * (width[i] + width[o]) + OBSTACLE_MARGIN
             dmin, s_hit, h_hit = np.inf, 0.0, 0.0
             k = k0
-            while k < n - 1 and p_s[p, k] < front + GEOMETRIC_RANGE:
+            while k < n - 1 and p_s[p, k] < front + sight:
                 ax, ay = p_xy[p, k, 0], p_xy[p, k, 1]
                 bx, by = p_xy[p, k + 1, 0] - ax, p_xy[p, k + 1, 1] - ay
                 L2 = bx * bx + by * by
@@ -369,8 +374,11 @@ def traffic_accel(
                 k += 1
             if dmin < reach and s_hit > front - 0.3:
                 gap = max(s_hit - front - 0.5 * length[o], 0.0)
+                facing = math.cos(yaw[o] - h_hit)
+                if facing < -0.5:  # coming at us in our lane (an overtaker): stop well back
+                    gap = max(gap - HEAD_ON_STANDOFF, 0.0)
                 if gap < best:
-                    best, v_best = gap, max(speed[o] * math.cos(yaw[o] - h_hit), 0.0)
+                    best, v_best = gap, max(speed[o] * facing, 0.0)
         if best < np.inf:
             acc = min(acc, idm(vi, v0, best, v_best, ai, bi, Ti, s0i))
         # 3. signals: first stop line ahead whose light says stop

@@ -16,7 +16,7 @@ import numpy as np
 
 from envs.episode_rules import RouteBook, StopLine, collision_event, is_wrong_way, pass_stop_lines
 from envs.world import kernels, traffic
-from envs.world.compile import SPAWN_SPACING, CompiledScenario, compile_scenario
+from envs.world.compile import ONCOMING_BEYOND, SPAWN_SPACING, CompiledScenario, compile_scenario
 from envs.world.lanegrid import JUNCTION, NONE
 from envs.world.state import ACTIVE, BRAKING, DONE, RED, WAITING, Behaviour, Kind, Mode, WorldState
 from rewards.events import Event, EventKind
@@ -356,6 +356,30 @@ class World:
             if n > 0:
                 options = np.flatnonzero(around & (d > (15.0 if start else 0.5 * radius)))
                 self._spawn(pool, free[:n], options[st.rng.permutation(len(options))])
+        if c.clear_background:
+            self._clear_background()
+
+    def _clear_background(self) -> None:
+        """Background vehicles leave the stretches that live ``ClearBackground`` zones keep clear: the
+        route's lane ahead of the ego and, for some, the lanes beside it running the other way."""
+        st, c = self.state, self.compiled
+        live = [z for z in c.clear_background if z.appear_at <= st.progress < z.leave_at]
+        if not live:
+            return
+        rows = np.concatenate([pool.rows for pool in c.background if not pool.walking])
+        rows = rows[st.active[rows]]
+        reach = max(z.ahead_to + (ONCOMING_BEYOND if z.oncoming else 0.0) for z in live) - st.route_s + 20.0
+        rows = rows[np.hypot(st.x[rows] - st.x[0], st.y[rows] - st.y[0]) < reach]
+        for i in rows:
+            s_on, d_on = c.paths.project(c.route_path, np.array([st.x[i], st.y[i]]))
+            route_yaw = c.paths.pose(np.array([c.route_path]), np.array([s_on]))[2][0]
+            along = math.cos(st.yaw[i] - route_yaw)
+            for z in live:
+                ahead = along > 0.5 and abs(d_on) < 1.5 and st.route_s < s_on <= z.ahead_to
+                oncoming = z.oncoming and along < -0.5 and st.route_s - 10.0 < s_on <= z.ahead_to + ONCOMING_BEYOND
+                if ahead or (oncoming and abs(d_on) < 8.0):
+                    st.active[i], st.x[i], st.y[i], st.speed[i] = False, 1e6, 1e6, 0.0
+                    break
 
     def _spawn(self, pool, rows: np.ndarray, options: np.ndarray) -> None:
         """Place ``rows`` at the first of ``options`` (spawn points) with nobody within 12 m (a vehicle)

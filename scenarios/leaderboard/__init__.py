@@ -55,6 +55,7 @@ def play(lanes: list[str], road_map: RoadMap, scenarios: list[tuple[str, str, di
         out.played.actors += part.actors
         out.played.flows += part.flows
         out.played.front_brakes += part.front_brakes
+        out.played.clear_background += part.clear_background
         out.played.signals.update(part.signals)
         out.types.append(kind)
     out.unsupported = sorted(unknown)

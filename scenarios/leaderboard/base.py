@@ -34,12 +34,14 @@ class BadParameter(ValueError):
 
 @dataclass
 class Played:
-    """What a scenario adds to its route: actors (``ActorSpec`` data), flows, front-brake events and
-    signal programs (by signal id) that replace the route's plan at one junction."""
+    """What a scenario adds to its route: actors (``ActorSpec`` data), flows, front-brake events,
+    stretches kept clear of background traffic, and signal programs (by signal id) that replace the
+    route's plan at one junction."""
 
     actors: list[dict] = field(default_factory=list)
     flows: list[dict] = field(default_factory=list)
     front_brakes: list[dict] = field(default_factory=list)
+    clear_background: list[dict] = field(default_factory=list)
     signals: dict[str, dict] = field(default_factory=dict)
 
 

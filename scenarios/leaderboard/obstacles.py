@@ -4,7 +4,9 @@ oncoming lane between the vehicles of an oncoming flow; and VehicleOpensDoorTwoW
 
 Placement follows scenario_runner's: the obstacle ``distance`` metres on from the trigger (stopping
 short of a junction), shifted towards ``direction`` by a share of the lane width; the actors appear
-when the ego reaches the trigger and leave 50 m after it has passed the last of them.
+when the ego reaches the trigger and leave 50 m after it has passed the last of them. As the
+Leaderboard's background manager does, background vehicles leave the ego's lane up to 20 m past the
+obstacle, and in the *TwoWays variants the oncoming lane too, where the scenario's own flow runs.
 """
 
 from __future__ import annotations
@@ -70,6 +72,20 @@ def _oncoming_flow(route: RouteFrame, sc: Placed, first: float, last: float, gap
     return flow | stretch(max(first - TRIGGER_DISTANCE, sc.s), last + END_DISTANCE)
 
 
+def _room(sc: Placed, last: float, oncoming: bool = False) -> dict:
+    """The background kept out of the ego's lane up to 20 m past the obstacle's ``last`` metre while
+    the scenario runs (LeaveSpaceInFront) and, with ``oncoming``, out of the oncoming lanes, where the
+    scenario's own flow runs instead (ChangeOppositeBehavior)."""
+    return {"ahead_to": round(last + 20.0, 2), "oncoming": oncoming} | stretch(sc.s, last + END_DISTANCE)
+
+
+def _two_ways(played: Played, route: RouteFrame, sc: Placed, first: float, last: float, gap) -> Played:
+    """A one-way-each-way variant: the oncoming flow and the oncoming lanes cleared of background."""
+    played.flows.append(_oncoming_flow(route, sc, first, last, gap))
+    played.clear_background = [_room(sc, last, oncoming=True)]
+    return played
+
+
 def _obstacle(
     route: RouteFrame, sc: Placed, offsets: list[float], size, share: float, kind: str
 ) -> tuple[Played, float, float]:
@@ -81,6 +97,7 @@ def _obstacle(
         lateral = route.side(direction) * share * route.width(s) / 2
         actor = static_actor(sc.id(f"{kind}{k}"), route.pose(s, lateral), size, "vehicle")
         played.actors.append(actor | stretch(sc.s, s + END_DISTANCE))
+    played.clear_background.append(_room(sc, first + offsets[-1]))
     return played, first, first + offsets[-1]
 
 
@@ -104,8 +121,7 @@ def accident(route: RouteFrame, sc: Placed) -> Played:
 )
 def accident_two_ways(route: RouteFrame, sc: Placed) -> Played:
     played, first, last = _obstacle(route, sc, [0.0, 10.0, 16.0], CAR, 0.6, "accident")
-    played.flows.append(_oncoming_flow(route, sc, first, last, sc.interval("frequency", (20.0, 100.0))))
-    return played
+    return _two_ways(played, route, sc, first, last, sc.interval("frequency", (20.0, 100.0)))
 
 
 @scenario_type(
@@ -127,8 +143,7 @@ def parked_obstacle(route: RouteFrame, sc: Placed) -> Played:
 )
 def parked_obstacle_two_ways(route: RouteFrame, sc: Placed) -> Played:
     played, first, last = _obstacle(route, sc, [0.0], CAR, 0.7, "parked")
-    played.flows.append(_oncoming_flow(route, sc, first, last, sc.interval("frequency", (20.0, 100.0))))
-    return played
+    return _two_ways(played, route, sc, first, last, sc.interval("frequency", (20.0, 100.0)))
 
 
 def _construction(route: RouteFrame, sc: Placed) -> tuple[Played, float, float]:
@@ -147,6 +162,7 @@ def _construction(route: RouteFrame, sc: Placed) -> tuple[Played, float, float]:
         s = min(max(first + ds, sc.s), route.length - 1.0)
         actor = static_actor(sc.id(what), route.pose(s, lateral), size)
         played.actors.append(actor | stretch(sc.s, last + END_DISTANCE))
+    played.clear_background.append(_room(sc, last))
     return played, first - 8.0, last
 
 
@@ -168,8 +184,7 @@ def construction(route: RouteFrame, sc: Placed) -> Played:
 )
 def construction_two_ways(route: RouteFrame, sc: Placed) -> Played:
     played, first, last = _construction(route, sc)
-    played.flows.append(_oncoming_flow(route, sc, first, last, sc.interval("frequency", (20.0, 100.0))))
-    return played
+    return _two_ways(played, route, sc, first, last, sc.interval("frequency", (20.0, 100.0)))
 
 
 def _bicycles(route: RouteFrame, sc: Placed) -> tuple[Played, float, float]:
@@ -198,6 +213,7 @@ def _bicycles(route: RouteFrame, sc: Placed) -> tuple[Played, float, float]:
                 **stretch(sc.s, s + drive + END_DISTANCE),
             }
         )
+    played.clear_background.append(_room(sc, first + 9.0))
     return played, first, first + 9.0 + drive
 
 
@@ -220,8 +236,7 @@ def hazard_at_side_lane(route: RouteFrame, sc: Placed) -> Played:
 )
 def hazard_at_side_lane_two_ways(route: RouteFrame, sc: Placed) -> Played:
     played, first, _ = _bicycles(route, sc)
-    played.flows.append(_oncoming_flow(route, sc, first, first + 30.0, sc.interval("frequency", (100.0, 100.0))))
-    return played
+    return _two_ways(played, route, sc, first, first + 30.0, sc.interval("frequency", (100.0, 100.0)))
 
 
 @scenario_type(
@@ -245,14 +260,14 @@ def vehicle_opens_door(route: RouteFrame, sc: Placed) -> Played:
         car | stretch(sc.s, leave),
         door | stretch(max(first - 30.0, sc.s), leave),
     ]
-    played.flows.append(_oncoming_flow(route, sc, first, first, sc.interval("frequency", (20.0, 100.0))))
-    return played
+    return _two_ways(played, route, sc, first, first, sc.interval("frequency", (20.0, 100.0)))
 
 
 @scenario_type(
     "InvadingTurn",
     "on a bend, oncoming vehicles cut into the ego's lane by `offset` lane widths; the ego keeps right",
-    "a flow of oncoming vehicles 25-40 m apart while the ego drives the `distance` m after the trigger",
+    "a flow of oncoming vehicles 25-40 m apart while the ego drives the `distance` m after the trigger; "
+    "background traffic leaves both lanes of the bend",
     "Emergency Brake",
 )
 def invading_turn(route: RouteFrame, sc: Placed) -> Played:
@@ -262,4 +277,4 @@ def invading_turn(route: RouteFrame, sc: Placed) -> Played:
     lane = _oncoming_lane(route, sc, end)
     flow = _flow_towards_ego(route, sc, lane, end, (25.0, 40.0), "invading", distance + 100.0, max_speed=12.0)
     flow["lateral"] = round(min(offset * lane.width, 1.5), 3)
-    return Played(flows=[flow | stretch(sc.s, end + 10.0)])
+    return Played(flows=[flow | stretch(sc.s, end + 10.0)], clear_background=[_room(sc, end, oncoming=True)])

@@ -125,3 +125,53 @@ def test_a_blocker_leaves_its_time_after_the_ego_comes_close(empty_straight):
     assert t_close is not None and not w.state.active[i]
     assert abs(w.t - t_close - 4.0) <= 0.25
     assert not [e for e in w.log if e.kind == "collision"]
+
+
+def test_a_clear_background_zone_empties_the_lane_ahead_and_the_oncoming_lane(empty_straight):
+    ego = empty_straight.ego
+    zone = {"appear_at": ego.s + 20, "leave_at": ego.s + 250, "ahead_to": ego.s + 120, "oncoming": True}
+    background = {"density": 3.0, "radius": 150.0, "max_vehicles": 30}
+    w = World(_with(empty_straight, background=background, clear_background=[zone]))
+    road, rows = w.compiled.road_map, w.compiled.background[0].rows
+    lane = road.lanes[ego.lane]
+
+    def in_zone(st) -> tuple[int, int]:
+        """Background vehicles in the ego's lane between it and ``ahead_to``, and in the oncoming lane (less
+        the 15 m at the far end that a vehicle may have driven into since the last background pass)."""
+        ahead = oncoming = 0
+        for i in rows[st.active[rows]]:
+            s_on, d_on = w.compiled.paths.project(w.compiled.route_path, np.array([st.x[i], st.y[i]]))
+            same_way = np.cos(st.yaw[i] - lane.heading[0]) > 0
+            if same_way and abs(d_on) < 1.5 and st.route_s < s_on <= zone["ahead_to"]:
+                ahead += 1
+            if not same_way and st.route_s - 10 < s_on <= zone["ahead_to"] + 100 - 15:
+                oncoming += 1
+        return ahead, oncoming
+
+    assert sum(in_zone(w.state)) > 0  # traffic everywhere before the ego reaches the zone
+    drive_world(w, lambda w: route_plan(w, 4.0), 1.0)
+    assert w.state.progress < zone["appear_at"]
+    while w.state.progress < zone["appear_at"] + 5.0:
+        drive_world(w, lambda w: route_plan(w, 4.0), 1.0)
+    for _ in range(15):  # from the next background pass on, for as long as the zone holds
+        drive_world(w, lambda w: route_plan(w, 4.0), 1.0)
+        assert in_zone(w.state) == (0, 0)
+
+
+def test_a_vehicle_facing_the_ego_in_its_lane_stops_well_short_of_it(empty_straight):
+    ego = empty_straight.ego
+    road = World(empty_straight).compiled.road_map
+    lane = road.lanes[ego.lane]
+    oncoming = road.lanes[lane.opposite]
+    s_on = oncoming.length - (ego.s + 150.0)  # 150 m ahead of the ego, coming towards it
+    idm = {"type": "idm", "desired_speed": 10.0}
+    car = {"id": "car", "lane": oncoming.id, "s": s_on, "speed": 10.0, "behaviour": idm}
+    w = World(_with(empty_straight, actors=[car]))
+    i = w.compiled.actors.index("car")
+    side = float(np.linalg.norm(oncoming.pose_at(oncoming.length - ego.s)[0] - lane.pose_at(ego.s)[0]))
+    drive_world(w, lambda w: route_plan(w, 3.0, lateral=side), 5.0)  # the ego pulls out into its lane
+    drive_world(w, lambda w: route_plan(w, 0.0, lateral=side), 20.0)  # and stands there
+    st = w.state
+    gap = float(np.hypot(st.x[i] - st.x[0], st.y[i] - st.y[0])) - (w.compiled.actors.length[[0, i]].sum()) / 2
+    assert st.speed[i] < 0.1 and gap >= 8.0  # room for the ego to pull back in (not IDM's 2 m)
+    assert not [e for e in w.log if e.kind == "collision"]
