@@ -339,10 +339,11 @@ class Expert(BaseAgent):
         ):
             sign = 1.0 if self._side_of(world, nb["opposite"]) >= 0 else -1.0
             side = "left" if sign > 0 else "right"
-            clear = max(sign * o.lat + o.width / 2 for o in self._obstacle(seen, blocker)) + ego_w / 2 + 0.9
+            parts = self._obstacle(seen, blocker)
+            clear = max(sign * o.lat + o.width / 2 for o in parts) + ego_w / 2 + 0.9
             self.maneuver, self.blocker = f"nudge_{side}", blocker.id
             self.offset = sign * min(max(clear, 1.5), width)
-            self.pass_end = self._obstacle_end(seen, blocker)
+            self.pass_end = max(o.s + o.length / 2 for o in parts)
             reasons.append(
                 f"Parked car blocks my lane at {gap:.0f} m; the oncoming lane is clear, so nudge {side} around it."
             )

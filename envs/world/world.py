@@ -43,6 +43,8 @@ class World:
         self._has_trigger = np.isfinite(a.trigger_time) | (a.trigger_distance > 0)
         walking_pools = [pool.rows for pool in self.compiled.background if pool.walking]
         self._background_walkers = np.concatenate(walking_pools) if walking_pools else np.zeros(0, int)
+        driving_pools = [pool.rows for pool in self.compiled.background if not pool.walking]
+        self._background_vehicles = np.concatenate(driving_pools) if driving_pools else np.zeros(0, int)
         self.reset(seed)
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -366,8 +368,7 @@ class World:
         live = [z for z in c.clear_background if z.appear_at <= st.progress < z.leave_at]
         if not live:
             return
-        rows = np.concatenate([pool.rows for pool in c.background if not pool.walking])
-        rows = rows[st.active[rows]]
+        rows = self._background_vehicles[st.active[self._background_vehicles]]
         reach = max(z.ahead_to + (ONCOMING_BEYOND if z.oncoming else 0.0) for z in live) - st.route_s + 20.0
         rows = rows[np.hypot(st.x[rows] - st.x[0], st.y[rows] - st.y[0]) < reach]
         for i in rows:
