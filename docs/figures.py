@@ -5,6 +5,8 @@
   ``images/cameras_traffic.png`` the same in stop-and-go traffic;
 - ``images/town10hd.png``: Town10HD as imported (lanes by type, lights, stop lines) with a ``towns`` route,
   and ``images/town10hd_cameras.png`` a camera + BEV frame of the expert on that route;
+- ``images/rig_views.png``: what the tiny VLA sees of a bend under each camera rig of the camera-rig
+  experiment, at its input size (56x112), beside the same frames at the rendered size;
 - ``images/report.png``: the top of an evaluation report (``loopdrive eval`` on four smoke scenarios),
   as headless Chromium renders it (skipped when no Chromium is installed).
 """
@@ -39,6 +41,47 @@ def cameras_and_bev(scenario: str, decisions: int, name: str, bank: str = "smoke
     frame = env.video_frame(out.reasoning)
     path = IMAGES / name
     cv2.imwrite(str(path), cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    return path
+
+
+def rig_views(scenario: str = "curve-000", decisions: int = 6, name: str = "rig_views.png") -> Path:
+    """One moment of a bend through each rig's cameras, rendered (128x256) and as the model gets it."""
+    import cv2
+    import numpy as np
+
+    from agents import load_agent
+    from envs import LoopDriveEnv
+
+    rows = []
+    for rig in ("alpamayo4", "front_only", "front_tele"):
+        env = LoopDriveEnv(bank="smoke", scenario=scenario, rig=rig, n_frames=1, observations=("cameras",))
+        obs, _ = env.reset(seed=0)
+        expert = load_agent("expert")
+        expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+        for _ in range(decisions):
+            obs, *_ = env.step(expert.act(obs).trajectory)
+        cams = obs["cameras"][:, -1]  # [n_cams, H, W, 3]
+        small = [
+            cv2.resize(cv2.resize(c, (112, 56), interpolation=cv2.INTER_AREA), c.shape[1::-1], cv2.INTER_NEAREST)
+            for c in cams
+        ]
+        pad = np.full((cams.shape[1], 8, 3), 255, np.uint8)
+        row = np.hstack([x for c in [*cams, pad, *small] for x in (c, pad)])
+        label = np.full((22, row.shape[1], 3), 255, np.uint8)
+        cv2.putText(
+            label,
+            f"{rig}: rendered 128x256 | as the model sees it, 56x112",
+            (4, 16),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            0.5,
+            (0, 0, 0),
+            1,
+        )
+        rows.append(np.vstack([label, row]))
+    width = max(r.shape[1] for r in rows)
+    page = np.vstack([np.pad(r, ((0, 8), (0, width - r.shape[1]), (0, 0)), constant_values=255) for r in rows])
+    path = IMAGES / name
+    cv2.imwrite(str(path), cv2.cvtColor(page, cv2.COLOR_RGB2BGR))
     return path
 
 
@@ -97,6 +140,7 @@ if __name__ == "__main__":
     IMAGES.mkdir(exist_ok=True)
     print(cameras_and_bev("signalized_intersection-000", 5, "cameras_and_bev.png"))
     print(cameras_and_bev("traffic_jam-000", 8, "cameras_traffic.png"))
+    print(rig_views())
     print(town_map("Town10HD", "Town10HD-000", "town10hd.png"))
     print(cameras_and_bev("Town10HD-000", 12, "town10hd_cameras.png", bank="towns"))
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

@@ -137,6 +137,11 @@ class DriveEnv(gym.Env):
     def _route_command(self) -> int:
         raise NotImplementedError
 
+    def route_ahead(self) -> np.ndarray:
+        """The route's next points in the ego frame (what the ``route`` observation holds), whatever
+        the agent observes: evaluation measures steering against it."""
+        return self._route_points()
+
     @property
     def ego_track(self) -> list[EgoState]:
         """The ego's record at every 0.1 s of the episode so far (read-only use)."""

@@ -31,6 +31,7 @@ from envs import InvalidActionError, LoopDriveEnv, World, make_env
 from envs.interface import DEFAULT_OBSERVATIONS
 from envs.sensors import VideoRecorder
 from evaluation.config import EvalConfig
+from evaluation.steering import episode_sums
 from loopdrive.seeding import derive_seed
 from rewards.consistency import consistency_score
 from rewards.scene import scene_facts
@@ -164,6 +165,7 @@ class EpisodeRunner:
         timing = {"agent": 0.0, "env": 0.0, "metrics": 0.0, "video": 0.0}
         reasoning: list[dict[str, Any]] = []
         consistency: list[float] = []
+        steering: list[tuple[np.ndarray, np.ndarray, int]] = []  # (route ahead, plan, pose index)
         caption: list[str | None] = [None]
         recorder = None
         if self.config.video and self.out_dir is not None:
@@ -199,16 +201,22 @@ class EpisodeRunner:
                             consistency.append(self._consistency(world, text, trajectory))
                         if len(reasoning) < MAX_REASONING_SAMPLES and all(r["text"] != text for r in reasoning):
                             reasoning.append({"t": round(world.t, 2), "text": text})
+                    road, pose_index = env.route_ahead(), len(env.ego_track) - 1
                     t2 = time.perf_counter()
                     timing["metrics"] += t2 - t1
                     obs, _, terminated, truncated, info = env.step(trajectory)
                     timing["env"] += time.perf_counter() - t2
+                    plan = np.asarray(trajectory, np.float64)  # (checked by the step)
+                    if plan.ndim == 2 and plan.shape[1] >= 3:  # a trajectory (not a control action)
+                        steering.append((road, plan, pose_index))
                     done = terminated or truncated
         finally:
             if recorder is not None:
                 recorder.close()
         t = time.perf_counter()
         rec = self._partial(env, info.get("metrics"))
+        poses = np.array([(e.x, e.y, e.yaw) for e in env.ego_track])
+        rec["steering"] = episode_sums(steering, poses)._asdict()
         timing["metrics"] += time.perf_counter() - t
         timing["render"] = env.render_seconds
         timing["env"] -= env.render_seconds + timing["video"]

@@ -103,16 +103,29 @@ def bev_trajectory(
     return _svg(fig)
 
 
-def rig_ablation(by_rig: Mapping[str, Mapping[str, Any]]) -> str:
-    """Route completion and lateral error per rig on curve and turn scenarios."""
+def rig_ablation(by_rig: Mapping[str, Mapping[str, Any]], ratios: Mapping[str, Mapping[str, Any]]) -> str:
+    """Per rig on curve and turn scenarios: the planned curvature ratio on curves and at junction turns
+    with its 95% interval (1 = follows the road, 0 = straight ahead), route completion and lateral error."""
     rigs = list(by_rig)
-    fig = Figure(figsize=(max(6.0, 1.6 * len(rigs) + 3), 3.0))
-    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"wspace": 0.45})
+    fig = Figure(figsize=(max(8.0, 2.4 * len(rigs) + 3), 3.0))
+    ax0, ax, ax2 = fig.subplots(1, 3, gridspec_kw={"wspace": 0.45, "width_ratios": [1.6, 1, 1]})
+    x = np.arange(len(rigs))
+    for k, (kind, color) in enumerate((("curves", COLORS["score"]), ("turns", COLORS["success"]))):
+        got = [(ratios.get(r, {}).get(kind) or {}).get("planned") or {} for r in rigs]
+        mean = np.array([g.get("ratio") if g.get("ratio") is not None else np.nan for g in got], float)
+        ci = np.array([g.get("ci95") or [None, None] for g in got], dtype=float).reshape(-1, 2)
+        err = np.abs(np.nan_to_num(np.stack([mean - ci[:, 0], ci[:, 1] - mean])))
+        ax0.bar(x + (k - 0.5) * 0.38, mean, 0.38, yerr=err, capsize=3, color=color, label=f"on {kind}")
+    ax0.axhline(1.0, color="#4a5568", lw=0.8, ls="--")
+    ax0.axhline(0.0, color="#4a5568", lw=0.6)
+    ax0.set_xticks(x, rigs)
+    ax0.set_title("curvature ratio planned (1 follows the road, 0 straight)", fontsize=9)
+    ax0.legend(fontsize=7, loc="upper right")
     ax.bar(rigs, [by_rig[r]["route_completion"] for r in rigs], color=COLORS["score"])
     ax.set_ylim(0, 105)
     ax.set_title("route completion %", fontsize=9)
     ax2.bar(rigs, [by_rig[r]["lateral_error_m"] for r in rigs], color=COLORS["bad"])
     ax2.set_title("mean |lateral error| (m)", fontsize=9)
-    for a in (ax, ax2):
+    for a in (ax0, ax, ax2):
         a.tick_params(labelsize=7, axis="x", rotation=30)
     return _svg(fig)

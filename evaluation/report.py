@@ -118,7 +118,7 @@ def write_report(out: str | Path, summary: dict[str, Any], records: list[dict[st
         figures["family"] = plots.score_by_group(summary["by_family"], "score by family")
     figures["infractions"] = plots.infraction_breakdown(summary["infractions"], summary["distance_km"])
     if summary["rig_ablation"]:
-        figures["rigs"] = plots.rig_ablation(summary["rig_ablation"])
+        figures["rigs"] = plots.rig_ablation(summary["rig_ablation"], summary.get("curvature_ratio", {}))
     page = TEMPLATES.get_template("report.html").render(
         s=summary,
         bank=bank,
@@ -129,6 +129,7 @@ def write_report(out: str | Path, summary: dict[str, Any], records: list[dict[st
         curve_tags=", ".join(sorted(CURVE_AND_TURN_TAGS)),
         rows_json=_script_json(episode_rows(records)),
         fmt=_fmt,
+        ratio=_ratio,
     )
     path = out / "report.html"
     tmp = path.with_suffix(".html.tmp")
@@ -140,6 +141,15 @@ def write_report(out: str | Path, summary: dict[str, Any], records: list[dict[st
 def _script_json(data: Any) -> str:
     """JSON safe to place inside a <script> element."""
     return json.dumps(data).replace("</", "<\\/")
+
+
+def _ratio(group: dict[str, Any] | None, name: str) -> str:
+    """A curvature ratio and its interval, "0.42 (0.30-0.55)"; a dash where nothing was measured."""
+    got = (group or {}).get(name) or {}
+    if got.get("ratio") is None:
+        return "–"
+    lo, hi = got["ci95"]
+    return f"{got['ratio']:.2f} ({lo:.2f}–{hi:.2f})"
 
 
 def _fmt(value: Any, digits: int = 1) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.episode import SCORED, STATUSES
+from evaluation.steering import SteeringSums, pooled_ratio
 from scenarios.leaderboard import TYPES
 
 HEADLINE_SUITES = ("leaderboard", "pdms", "alpasim", "comfort", "success")
@@ -132,6 +133,7 @@ def summarize(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[s
     out["by_tag"] = _by(done, lambda r: r.get("tags", []))
     out["by_rig"] = _by(done, lambda r: [r["rig"]])
     out["rig_ablation"] = _by(done, lambda r: [r["rig"]] if CURVE_AND_TURN_TAGS & set(r["tags"]) else [])
+    out["curvature_ratio"] = curvature_ratios(done)
     out["failures"] = [
         {"key": r["key"], "status": r["status"], "error": r.get("error")} for r in records if r["status"] != "ok"
     ]
@@ -139,6 +141,26 @@ def summarize(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[s
         out["routes"] = meta["routes"]
         out["by_ability"] = _by(done, _abilities)
     out["provenance"] = {"git": meta.get("git"), "config": meta.get("config")}
+    return out
+
+
+def _road_kind(record: dict[str, Any]) -> list[str]:
+    """Where the road bends: "turns" at junctions, "curves" elsewhere (none on straight roads)."""
+    tags = set(record.get("tags", []))
+    if not CURVE_AND_TURN_TAGS & tags:
+        return []
+    return ["turns" if "junction" in tags else "curves"]
+
+
+def curvature_ratios(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per rig, the straight-driving bias (:mod:`evaluation.steering`) on the curve and turn episodes:
+    the ratio of the curvature planned and driven to the road's, over "all" of them, "curves" and
+    "turns", each with its 95% interval over episodes."""
+    out: dict[str, dict[str, Any]] = {}
+    measured = [r for r in records if r.get("steering") is not None and _road_kind(r)]
+    for rig, rs in _split(measured, lambda r: [r["rig"]]).items():
+        groups = {"all": rs} | _split(rs, _road_kind)
+        out[rig] = {k: pooled_ratio([SteeringSums(**r["steering"]) for r in g]) for k, g in groups.items()}
     return out
 
 

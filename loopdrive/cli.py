@@ -7,6 +7,7 @@ Subcommands import their layer lazily so ``loopdrive bank validate`` starts fast
                  [--ray-address ADDR] [--rig R[,R2]] [--video] [--config eval.toml]
   loopdrive regress --baseline DIR --candidate DIR [--must-pass TAGS] [--alpha 0.05]
   loopdrive report DIR                 (rebuild report.html from a run's journal)
+  loopdrive compare --out DIR LABEL=RUN [LABEL=RUN ...]   (runs side by side: curvature ratio per rig, scores)
   loopdrive collect --bank core --split train --agent expert --out data/x.zarr [--seeds K] [...]
   loopdrive train --config configs/sft_tiny.toml [--set a.b=v] [--run-dir DIR | --resume DIR]
   loopdrive demo [--bank smoke] [--out runs/demo] [--no-video]
@@ -225,6 +226,26 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from evaluation.compare import CompareInputError, write_comparison
+
+    runs = []
+    for item in args.runs:
+        label, sep, folder = item.partition("=")
+        if not sep or not label or not folder:
+            print(f"loopdrive compare: error: {item!r}: expected LABEL=RUN_FOLDER", file=sys.stderr)
+            return 2
+        runs.append((label, Path(folder)))
+    try:
+        page = write_comparison(runs, args.out)
+    except CompareInputError as e:
+        print(f"loopdrive compare: error: {e}", file=sys.stderr)
+        return 2
+    print((page.parent / "compare.md").read_text())
+    print(f"reports: {page}, {page.parent / 'compare.md'}, {page.parent / 'compare.json'}")
+    return 0
+
+
 def _collect(args: argparse.Namespace) -> int:
     from loopdrive.flags import model_from_flags
     from training.data import CollectSettings, card_path, collect
@@ -358,6 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="rebuild report.html of a run folder")
     rp.add_argument("run")
     rp.set_defaults(fn=_report)
+
+    cp = sub.add_parser("compare", help="evaluation runs side by side: curvature ratio per rig, scores, videos")
+    cp.add_argument("runs", nargs="+", metavar="LABEL=RUN", help="a label and a `loopdrive eval` run folder")
+    cp.add_argument("--out", required=True, help="folder for compare.html / .md / .json")
+    cp.set_defaults(fn=_compare)
 
     co = sub.add_parser("collect", help="record labelled driving data (zarr) for SFT; resumable")
     co.add_argument("--out", required=True, help="zarr path, e.g. data/core_train.zarr")

@@ -76,8 +76,21 @@ class TrainSection(_Section):
     text_weight: float = Field(1.0, ge=0)
     flow_weight: float = Field(1.0, ge=0)
     flow_samples: int = Field(1, ge=1)  # (time, noise) draws per sample for the flow loss, from one VLM pass
+    # the weights that move: "vlm" with flow_weight = 0 is text-only post-training (the action expert frozen)
+    parts: Literal["both", "vlm", "expert"] = "both"
     two_stage: bool = False  # stage 1: VLM (text); stage 2: action expert with the VLM frozen
     stage1_fraction: float = Field(0.5, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _something_learns(self) -> TrainSection:
+        if self.two_stage and self.parts != "both":
+            raise ValueError(
+                f'two_stage sets the parts of each stage itself; leave parts = "both" (got {self.parts!r})'
+            )
+        if self.text_weight == 0 and self.flow_weight == 0:
+            raise ValueError("text_weight and flow_weight are both 0: nothing would be learned")
+        return self
+
     bf16: bool = True  # on CUDA only
     threads: int | None = None
     log_every: int = Field(10, ge=1)

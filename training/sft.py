@@ -2,8 +2,10 @@
 
 Loss = ``text_weight`` x cross-entropy on the teacher's reasoning + ``flow_weight`` x flow matching
 on the trajectory the car drove: both heads learn (a text-only SFT cannot fix a biased trajectory
-head). ``two_stage`` follows Alpamayo's public recipe: stage 1 trains the VLM on the text, stage 2
-the action expert with the VLM frozen. Everything that decides the next step - weights, AdamW
+head). ``parts`` limits what moves: ``parts = "vlm"`` with ``flow_weight = 0`` is the Cosmos
+Cookbook's text-only post-training (the action expert stays bit-identical). ``two_stage`` follows
+Alpamayo's public recipe: stage 1 trains the VLM on the text, stage 2 the action expert with the VLM
+frozen. Everything that decides the next step - weights, AdamW
 moments, the data order and position, the RNG of the flow noise - is in the checkpoint, so a
 resumed run continues exactly where an uninterrupted one would be.
 """
@@ -20,6 +22,7 @@ import torch
 from agents.alpamayo.model import AlpamayoR1
 from agents.policy import load_policy
 from agents.vla import VLA, action_space
+from agents.vla.config import VLAConfig
 from agents.vla.model import state_features
 from training.checkpoints import Checkpointer, latest_checkpoint, restore_trainer
 from training.data import DrivingDataset
@@ -49,11 +52,13 @@ def action_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[list[
     return flat.mean(0).tolist(), std.tolist()
 
 
-def state_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[list[float], list[float]]:
-    """Mean and std of the action expert's state-token features (constant features get std 1)."""
+def state_statistics(dataset: DrivingDataset, config: VLAConfig, limit: int = 4096) -> tuple[list[float], list[float]]:
+    """Mean and std of the action expert's state-token features as ``config`` reads them (constant
+    features, such as the ones it does not read, get std 1)."""
     idx = np.linspace(0, len(dataset) - 1, min(limit, len(dataset))).astype(int)
     observations, _, _ = dataset.batch(idx)
-    feats = np.stack([state_features(o) for o in observations]).astype(np.float64)
+    feats = np.stack([state_features(o, config.route_inputs, config.command_input) for o in observations])
+    feats = feats.astype(np.float64)
     std = feats.std(0)
     return feats.mean(0).tolist(), np.where(std > 1e-3, std, 1.0).tolist()
 
@@ -82,7 +87,7 @@ def train_sft(
         model = build_model(recipe)
         if not recipe.init_from:  # a fresh flow head works on the data's standardised actions
             model.config.action_mean, model.config.action_std = action_statistics(dataset)
-            model.config.state_mean, model.config.state_std = state_statistics(dataset)
+            model.config.state_mean, model.config.state_std = state_statistics(dataset, model.config)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -108,7 +113,7 @@ def train_sft(
     t0, seen = time.perf_counter(), 0
     while step < stop_at:
         stage = stage_of(step, cfg)
-        model.set_trainable(STAGE_PARTS[stage])
+        model.set_trainable(STAGE_PARTS[stage] if cfg.two_stage else cfg.parts)
         w_text = cfg.text_weight if stage in (0, 1) else 0.0
         w_flow = cfg.flow_weight if stage in (0, 2) else 0.0
         lr = learning_rate(step, cfg)

@@ -26,6 +26,13 @@ class VLAConfig(BaseModel):
     flow_steps: int = Field(10, ge=1, description="Euler steps of the flow-matching trajectory head")
     seed: int = Field(0, description="initialisation seed (a recipe sets it to its own seed)")
     backbone_path: str | None = Field(None, description="a local pretrained Qwen2.5-VL / Qwen3-VL folder")
+    # what the model reads besides the cameras and its ego motion (history, speed, acceleration, yaw rate)
+    route_inputs: bool = Field(
+        True,
+        description="the route: its tokens, its offsets and the lateral / heading error to it in the state token; "
+        "False gives Alpamayo-R1's inputs (it sees no route and no map: it must see the road bend)",
+    )
+    command_input: bool = Field(True, description="the navigation command (left / straight / right / follow)")
     # statistics of the training data (None: fixed scales); filled by SFT from its dataset
     action_mean: tuple[float, float] | None = None  # (accel, curvature)
     action_std: tuple[float, float] | None = None

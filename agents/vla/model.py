@@ -151,15 +151,22 @@ _EGO_SCALE = np.array([20.0, 5.0, 0.5, 0.5, 20.0, 2.0, 0.5], np.float32)  # spee
 # lateral and heading error to the route
 
 
-def state_features(obs: dict[str, Any]) -> np.ndarray:
+_ROUTE_ERRORS = slice(5, 7)  # the ego state's lateral and heading error to the route
+
+
+def state_features(obs: dict[str, Any], route: bool = True, command: bool = True) -> np.ndarray:
     """The action expert's state token input: ego state, the route's lateral offsets every 4 m to 64 m,
-    and the command (one-hot), scaled to about [-1, 1]. Missing keys read as zeros."""
+    and the command (one-hot), scaled to about [-1, 1]. Missing keys read as zeros, and so do the
+    route-derived features without ``route`` (the offsets and the errors to the route) and the command
+    without ``command``: the layout stays the same, so every checkpoint reads the same token."""
     out = np.zeros(STATE_FEATURES, np.float32)
     if "ego_state" in obs:
         out[:7] = np.asarray(obs["ego_state"], np.float32)[:7] / _EGO_SCALE
-    if "route" in obs:
+        if not route:
+            out[_ROUTE_ERRORS] = 0.0
+    if route and "route" in obs:
         out[7:23] = np.clip(np.asarray(obs["route"], np.float32)[1::2, 1] / 10.0, -3.0, 3.0)
-    if "command" in obs:
+    if command and "command" in obs:
         out[23 + int(obs["command"])] = 1.0
     return out
 
@@ -243,9 +250,10 @@ class VLA(nn.Module, TrainableParts):
     # --- inputs --------------------------------------------------------------------------------------------
     def _prompt(self, obs: dict[str, Any], n_images: int, tokens_per_image: int) -> str:
         vision = ("<|vision_start|>" + "<|image_pad|>" * tokens_per_image + "<|vision_end|>") * n_images
+        c = self.config
         hist = "".join(history_tokens(obs["ego_history"])) if "ego_history" in obs else ""
-        route = "".join(route_tokens(obs["route"])) if "route" in obs else ""
-        cmd = COMMANDS[int(obs["command"])] if "command" in obs else ""
+        route = "".join(route_tokens(obs["route"])) if c.route_inputs and "route" in obs else ""
+        cmd = COMMANDS[int(obs["command"])] if c.command_input and "command" in obs else ""
         return (
             f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{vision}{hist}{route}{cmd} {INSTRUCTION}"
             f"<|im_end|>\n<|im_start|>assistant\n{COT_START}"
@@ -290,8 +298,8 @@ class VLA(nn.Module, TrainableParts):
         """The state token's features ``[B, STATE_FEATURES]``, standardised by the training data's
         statistics when the config has them: the near-field route offsets that steer the car are a few
         hundredths on the fixed scales, too small for a small head to read precisely."""
-        feats = np.stack([state_features(o) for o in observations])
         c = self.config
+        feats = np.stack([state_features(o, c.route_inputs, c.command_input) for o in observations])
         if c.state_mean is not None and c.state_std is not None:
             feats = (feats - np.asarray(c.state_mean, np.float32)) / np.asarray(c.state_std, np.float32)
         return feats.astype(np.float32)

@@ -117,3 +117,53 @@ class ReturnsHuge(_Malformed):
 class ReturnsNothing(ConstantVelocity):
     def act(self, observation):
         return None
+
+
+class TurnsScaled(ConstantVelocity):
+    """Plans at 5 m/s along the road's bend scaled by ``GAIN``: its heading at every metre is ``GAIN``
+    times the route's heading change up to there (0: straight ahead, 0.5: turns half as much). Reads
+    only the route ahead, so the curvature ratio of its plans is known by construction."""
+
+    GAIN = 1.0
+    SPEED = 5.0
+    observations = ("route", "ego_state")
+
+    def act(self, observation):
+        road = np.asarray(observation["route"], np.float64)  # from 2 m ahead of the ego's projection
+        step = np.diff(road, axis=0)
+        length = np.hypot(step[:, 0], step[:, 1])
+        keep = length > 1e-6  # (a route's end repeats its last point)
+        heading = np.unwrap(np.arctan2(step[keep, 1], step[keep, 0]))
+        starts = np.concatenate([[0.0], np.cumsum(length[keep])[:-1]])
+        ds = self.SPEED * 0.1
+        s = np.arange(1, 65) * ds
+        yaw = self.GAIN * (np.interp(s, starts, heading) - heading[0])  # no pull back to the route: pure bend
+        x, y = np.cumsum(ds * np.cos(yaw)), np.cumsum(ds * np.sin(yaw))
+        return AgentOutput(np.stack([x, y, yaw], 1).astype(np.float32), None)
+
+
+class FollowsRoad(TurnsScaled):
+    """Ratio 1: pursues the route itself (its plan runs from the ego through the route's points), so it also
+    steers back from what the controller's lag leaves: it stays on the road."""
+
+    def act(self, observation):
+        road = np.vstack([np.zeros(2), np.asarray(observation["route"], np.float64)])
+        step = np.diff(road, axis=0)
+        length = np.hypot(step[:, 0], step[:, 1])
+        keep = length > 1e-6
+        step, length = step[keep], length[keep]
+        ends = np.cumsum(length)
+        s = np.minimum(np.arange(1, 65) * self.SPEED * 0.1, ends[-1])
+        k = np.minimum(np.searchsorted(ends, s), len(ends) - 1)
+        start = road[:-1][keep][k]
+        f = ((s - (ends[k] - length[k])) / length[k])[:, None]
+        xy = start + f * step[k]
+        return AgentOutput(np.column_stack([xy, np.arctan2(step[k, 1], step[k, 0])]).astype(np.float32), None)
+
+
+class TurnsHalf(TurnsScaled):
+    GAIN = 0.5
+
+
+class DrivesStraight(TurnsScaled):
+    GAIN = 0.0

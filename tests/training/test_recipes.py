@@ -39,10 +39,17 @@ def test_recipe_validation_and_overrides(tmp_path):
 
 
 def test_every_shipped_recipe_validates():
+    """``configs/eval_*.toml`` are evaluation configs (``loopdrive eval --config``); the rest recipes."""
+    from evaluation import load_eval_config
     from training.recipes import load_recipe
 
-    recipes = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
-    assert {p.stem for p in recipes} >= {"sft_tiny", "sft_demo", "grpo_tiny", "ppo_sb3_state"}
+    files = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
+    evals = [p for p in files if p.stem.startswith("eval_")]
+    recipes = [p for p in files if p not in evals]
+    assert {p.stem for p in recipes} >= {"sft_tiny", "sft_demo", "grpo_tiny", "ppo_sb3_state", "rig_adapt_text"}
+    assert {p.stem for p in evals} >= {"eval_rigs"}
+    for path in evals:
+        assert load_eval_config(path).rigs, path.name
     for path in recipes:
         recipe = load_recipe(path)
         if recipe.algorithm in ("grpo", "ppo"):

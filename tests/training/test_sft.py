@@ -74,6 +74,38 @@ def test_two_stage_freezes_the_vlm_in_stage_two(dataset, tmp_path):
     assert stages == [1, 1, 2, 2]
 
 
+def test_text_only_post_training_leaves_the_trajectory_head_bit_identical(dataset, tmp_path):
+    """The Cosmos Cookbook's way (reasoning cross-entropy only, the action expert frozen) cannot touch
+    the trajectory head's weights; trajectory-head SFT moves them."""
+    recipe = sft_recipe(tmp_path, dataset, steps=2)
+    start = tmp_path / "start"
+    assert run_main(["--config", str(recipe), "--run-dir", str(start)]) == 0
+    init = f"init_from={start / 'checkpoints' / 'final'}"
+    text = ["--set", init, "--set", 'train.parts="vlm"', "--set", "train.flow_weight=0"]
+    assert run_main(["--config", str(recipe), "--run-dir", str(tmp_path / "text"), *text]) == 0
+    head = ["--set", init, "--set", 'train.parts="expert"', "--set", "train.text_weight=0"]
+    assert run_main(["--config", str(recipe), "--run-dir", str(tmp_path / "head"), *head]) == 0
+    before = weights_of(start / "checkpoints" / "final")
+    text_only = weights_of(tmp_path / "text" / "checkpoints" / "final")
+    head_only = weights_of(tmp_path / "head" / "checkpoints" / "final")
+    expert = [k for k in before if not k.startswith("backbone.")]
+    backbone = [k for k in before if k.startswith("backbone.")]
+    assert all(torch.equal(before[k], text_only[k]) for k in expert)
+    assert any(not torch.equal(before[k], text_only[k]) for k in backbone)
+    assert all(torch.equal(before[k], head_only[k]) for k in backbone)
+    assert any(not torch.equal(before[k], head_only[k]) for k in expert)
+
+
+def test_a_recipe_that_learns_nothing_or_mixes_stages_and_parts_is_refused(dataset, tmp_path):
+    from training.recipes import RecipeError
+
+    recipe = sft_recipe(tmp_path, dataset)
+    with pytest.raises(RecipeError, match="nothing would be learned"):
+        load_recipe(recipe, ["train.text_weight=0", "train.flow_weight=0"])
+    with pytest.raises(RecipeError, match="two_stage sets the parts"):
+        load_recipe(recipe, ["train.two_stage=true", 'train.parts="vlm"'])
+
+
 @pytest.mark.slow
 def test_tiny_pipeline_collect_sft_evaluate(tmp_path, capsys):
     """The whole loop in miniature: collect -> label -> SFT a few steps -> closed-loop evaluation."""

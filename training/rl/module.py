@@ -129,5 +129,6 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         obs = observations_from_batch(batch[Columns.OBS])
+        # the critic reads the route even when the policy does not (route_inputs = false): it only trains
         feats = torch.from_numpy(np.stack([state_features(o) for o in obs])).to(self.vla.device)
         return self.value_head(feats)

@@ -207,3 +207,29 @@ def test_a_vla_saved_before_a_new_expert_option_loads_as_it_was_saved(observatio
     a = old.act_batch(observations, reasoning=False, generator=torch.Generator().manual_seed(0))
     b = loaded.act_batch(observations, reasoning=False, generator=torch.Generator().manual_seed(0))
     assert all(np.array_equal(x["trajectory"], y["trajectory"]) for x, y in zip(a, b))
+
+
+def test_alpamayo_inputs_hide_the_route(observations):
+    """With ``route_inputs = False`` the model's plan does not change when the route does (its tokens,
+    its offsets, the errors to it); with the route it does, so the test can fail. ``command_input``
+    hides the navigation command the same way."""
+    obs = observations[1]
+    moved = dict(obs)
+    moved["route"] = np.asarray(obs["route"]) + np.array([0.0, 3.0], np.float32)  # the route 3 m to the left
+    state = np.array(obs["ego_state"], np.float32)
+    state[5:7] = [1.5, -0.2]  # lateral and heading error to the route
+    moved["ego_state"] = state
+    moved["command"] = (int(obs["command"]) + 1) % 4
+
+    def plans(config: VLAConfig) -> list[np.ndarray]:
+        torch.manual_seed(0)
+        model = VLA(config).eval()
+        g = lambda: torch.Generator().manual_seed(0)  # noqa: E731
+        return [model.act_batch([o], reasoning=False, generator=g())[0]["trajectory"] for o in (obs, moved)]
+
+    hidden = plans(VLAConfig(route_inputs=False, command_input=False))
+    assert np.array_equal(hidden[0], hidden[1])
+    with_route = plans(VLAConfig(command_input=False))
+    assert not np.allclose(with_route[0], with_route[1])
+    with_command = plans(VLAConfig(route_inputs=False))
+    assert not np.allclose(with_command[0], with_command[1])
