@@ -155,7 +155,8 @@ def _road_kind(record: dict[str, Any]) -> list[str]:
 def curvature_ratios(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per rig, the straight-driving bias (:mod:`evaluation.steering`) on the curve and turn episodes:
     the ratio of the curvature planned and driven to the road's, over "all" of them, "curves" and
-    "turns", each with its 95% interval over episodes."""
+    "turns", each with its 95% interval over episodes. Episodes that ended in an agent error or a
+    time-out (and records written before the ratio existed) carry no steering sums and are left out."""
     out: dict[str, dict[str, Any]] = {}
     measured = [r for r in records if r.get("steering") is not None and _road_kind(r)]
     for rig, rs in _split(measured, lambda r: [r["rig"]]).items():
