@@ -15,11 +15,8 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
-from matplotlib.figure import Figure
-
-from evaluation.plots import _svg
-from evaluation.report import TEMPLATES, _ratio
+from evaluation import plots
+from evaluation.report import TEMPLATES, ratio_text
 
 
 class CompareInputError(ValueError):
@@ -72,27 +69,10 @@ def _curve_video(folder: Path, rig: str, out: Path) -> str | None:
 
 def ratio_plot(rows: list[RigRow]) -> str:
     """Planned curvature ratio per rig on curves and at turns, one bar per run, with 95% intervals."""
-    runs = list(dict.fromkeys(r.run for r in rows))
-    rigs = list(dict.fromkeys(r.rig for r in rows))
-    fig = Figure(figsize=(max(8.0, 0.5 * len(rigs) * len(runs) + 4), 3.2))
-    width = 0.8 / len(runs)
-    for ax, kind, title in zip(
-        fig.subplots(1, 2, sharey=True), ("curves", "turns"), ("on curves", "at junction turns")
-    ):
-        for k, run in enumerate(runs):
-            got = {r.rig: (r.ratio.get(kind) or {}).get("planned") or {} for r in rows if r.run == run}
-            mean = np.array([np.nan if got.get(g, {}).get("ratio") is None else got[g]["ratio"] for g in rigs])
-            ci = np.array([got.get(g, {}).get("ci95") or [np.nan, np.nan] for g in rigs], dtype=float)
-            err = np.abs(np.nan_to_num(np.stack([mean - ci[:, 0], ci[:, 1] - mean])))
-            x = np.arange(len(rigs)) + (k - (len(runs) - 1) / 2) * width
-            ax.bar(x, mean, width, yerr=err, capsize=3, label=run)
-        ax.axhline(1.0, color="#4a5568", lw=0.8, ls="--")
-        ax.axhline(0.0, color="#4a5568", lw=0.6)
-        ax.set_xticks(np.arange(len(rigs)), rigs)
-        ax.tick_params(labelsize=8)
-        ax.set_title(f"curvature ratio planned {title} (1 follows the road)", fontsize=9)
-    ax.legend(fontsize=7)
-    return _svg(fig)
+    ratios: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        ratios.setdefault(r.run, {})[r.rig] = r.ratio
+    return plots.ratios_by_run(ratios)
 
 
 def to_markdown(rows: list[RigRow]) -> str:
@@ -101,9 +81,9 @@ def to_markdown(rows: list[RigRow]) -> str:
         "| Driving Score | success % | route completion % |\n|---|---|---|---|---|---|---|---|---|---|\n"
     )
     body = "".join(
-        f"| {r.run} | {r.rig} | {r.episodes} | {_ratio(r.ratio.get('all'), 'planned')} "
-        f"| {_ratio(r.ratio.get('all'), 'driven')} | {_ratio(r.ratio.get('curves'), 'planned')} "
-        f"| {_ratio(r.ratio.get('turns'), 'planned')} | {r.driving_score:.1f} | {r.success:.1f} "
+        f"| {r.run} | {r.rig} | {r.episodes} | {ratio_text(r.ratio.get('all'), 'planned')} "
+        f"| {ratio_text(r.ratio.get('all'), 'driven')} | {ratio_text(r.ratio.get('curves'), 'planned')} "
+        f"| {ratio_text(r.ratio.get('turns'), 'planned')} | {r.driving_score:.1f} | {r.success:.1f} "
         f"| {r.route_completion:.1f} |\n"
         for r in rows
     )
@@ -121,7 +101,7 @@ def write_comparison(runs: list[tuple[str, Path]], out: str | Path) -> Path:
         )
     )
     (out / "compare.md").write_text(to_markdown(rows))
-    page = TEMPLATES.get_template("compare.html").render(rows=rows, plot=ratio_plot(rows), ratio=_ratio, runs=runs)
+    page = TEMPLATES.get_template("compare.html").render(rows=rows, plot=ratio_plot(rows), ratio=ratio_text, runs=runs)
     path = out / "compare.html"
     path.write_text(page, encoding="utf-8")
     return path

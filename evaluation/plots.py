@@ -1,4 +1,5 @@
-"""The report's figures as inline SVG strings (matplotlib's object API: no pyplot global state)."""
+"""The figures of the evaluation report and of the comparison page as inline SVG strings (matplotlib's
+object API: no pyplot global state)."""
 
 from __future__ import annotations
 
@@ -103,6 +104,22 @@ def bev_trajectory(
     return _svg(fig)
 
 
+def ratio_bars(ax, x: np.ndarray, ratios: Sequence[Mapping[str, Any]], width: float, **bar: Any) -> None:
+    """Bars of curvature ratios (``{"ratio", "ci95"}`` each; empty or None where nothing was measured)
+    at ``x`` with their 95% intervals, and the lines at 1 (follows the road) and 0 (straight ahead)."""
+    mean = np.array([np.nan if g.get("ratio") is None else g["ratio"] for g in ratios], float)
+    ci = np.array([g.get("ci95") or [np.nan, np.nan] for g in ratios], dtype=float).reshape(-1, 2)
+    err = np.abs(np.nan_to_num(np.stack([mean - ci[:, 0], ci[:, 1] - mean])))
+    ax.bar(x, mean, width, yerr=err, capsize=3, **bar)
+    ax.axhline(1.0, color="#4a5568", lw=0.8, ls="--")
+    ax.axhline(0.0, color="#4a5568", lw=0.6)
+
+
+def _planned(ratios: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The planned ratio of ``kind`` ("all", "curves", "turns") in one rig's ``curvature_ratio``."""
+    return (ratios.get(kind) or {}).get("planned") or {}
+
+
 def rig_ablation(by_rig: Mapping[str, Mapping[str, Any]], ratios: Mapping[str, Mapping[str, Any]]) -> str:
     """Per rig on curve and turn scenarios: the planned curvature ratio on curves and at junction turns
     with its 95% interval (1 = follows the road, 0 = straight ahead), route completion and lateral error."""
@@ -111,13 +128,8 @@ def rig_ablation(by_rig: Mapping[str, Mapping[str, Any]], ratios: Mapping[str, M
     ax0, ax, ax2 = fig.subplots(1, 3, gridspec_kw={"wspace": 0.45, "width_ratios": [1.6, 1, 1]})
     x = np.arange(len(rigs))
     for k, (kind, color) in enumerate((("curves", COLORS["score"]), ("turns", COLORS["success"]))):
-        got = [(ratios.get(r, {}).get(kind) or {}).get("planned") or {} for r in rigs]
-        mean = np.array([g.get("ratio") if g.get("ratio") is not None else np.nan for g in got], float)
-        ci = np.array([g.get("ci95") or [None, None] for g in got], dtype=float).reshape(-1, 2)
-        err = np.abs(np.nan_to_num(np.stack([mean - ci[:, 0], ci[:, 1] - mean])))
-        ax0.bar(x + (k - 0.5) * 0.38, mean, 0.38, yerr=err, capsize=3, color=color, label=f"on {kind}")
-    ax0.axhline(1.0, color="#4a5568", lw=0.8, ls="--")
-    ax0.axhline(0.0, color="#4a5568", lw=0.6)
+        got = [_planned(ratios.get(r, {}), kind) for r in rigs]
+        ratio_bars(ax0, x + (k - 0.5) * 0.38, got, 0.38, color=color, label=f"on {kind}")
     ax0.set_xticks(x, rigs)
     ax0.set_title("curvature ratio planned (1 follows the road, 0 straight)", fontsize=9)
     ax0.legend(fontsize=7, loc="upper right")
@@ -128,4 +140,24 @@ def rig_ablation(by_rig: Mapping[str, Mapping[str, Any]], ratios: Mapping[str, M
     ax2.set_title("mean |lateral error| (m)", fontsize=9)
     for a in (ax0, ax, ax2):
         a.tick_params(labelsize=7, axis="x", rotation=30)
+    return _svg(fig)
+
+
+def ratios_by_run(ratios: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    """Planned curvature ratio per rig on curves and at junction turns, one bar per run, with 95%
+    intervals; ``ratios[run][rig]`` is that run's ``curvature_ratio[rig]``."""
+    runs = list(ratios)
+    rigs = list(dict.fromkeys(rig for by_rig in ratios.values() for rig in by_rig))
+    fig = Figure(figsize=(max(8.0, 0.5 * len(rigs) * len(runs) + 4), 3.2))
+    width = 0.8 / len(runs)
+    for ax, kind, title in zip(
+        fig.subplots(1, 2, sharey=True), ("curves", "turns"), ("on curves", "at junction turns")
+    ):
+        for k, run in enumerate(runs):
+            got = [_planned(ratios[run].get(rig, {}), kind) for rig in rigs]
+            ratio_bars(ax, np.arange(len(rigs)) + (k - (len(runs) - 1) / 2) * width, got, width, label=run)
+        ax.set_xticks(np.arange(len(rigs)), rigs)
+        ax.tick_params(labelsize=8)
+        ax.set_title(f"curvature ratio planned {title} (1 follows the road)", fontsize=9)
+    ax.legend(fontsize=7)
     return _svg(fig)

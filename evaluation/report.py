@@ -129,7 +129,7 @@ def write_report(out: str | Path, summary: dict[str, Any], records: list[dict[st
         curve_tags=", ".join(sorted(CURVE_AND_TURN_TAGS)),
         rows_json=_script_json(episode_rows(records)),
         fmt=_fmt,
-        ratio=_ratio,
+        ratio=ratio_text,
     )
     path = out / "report.html"
     tmp = path.with_suffix(".html.tmp")
@@ -143,7 +143,7 @@ def _script_json(data: Any) -> str:
     return json.dumps(data).replace("</", "<\\/")
 
 
-def _ratio(group: dict[str, Any] | None, name: str) -> str:
+def ratio_text(group: dict[str, Any] | None, name: str) -> str:
     """A curvature ratio and its interval, "0.42 (0.30-0.55)"; a dash where nothing was measured."""
     got = (group or {}).get(name) or {}
     if got.get("ratio") is None:
