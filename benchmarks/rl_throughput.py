@@ -1,8 +1,9 @@
 """RL throughput: closed-loop env steps/s on RLlib env runners, and GRPO policy updates/min.
 
-    python benchmarks/rl_throughput.py [--vla PATH] [--runners 0,1,2] [--episodes 8] [--out FILE]
+    python benchmarks/rl_throughput.py [--vla PATH] [--runners 0,1,2] [--envs 1,4] [--episodes 8] [--out FILE]
 
-For each env-runner count, a warm-up call, then ``--episodes`` Flow-SDE episodes of the tiny VLA on
+For each env-runner count and each count of envs per runner (driven side by side, one batched
+module call per decision), a warm-up call, then ``--episodes`` Flow-SDE episodes of the tiny VLA on
 the smoke bank (the embedded world, 4 cameras, one decision per 0.5 s) through the same
 ``RolloutWorkers`` GRPO uses; then one GRPO update over the collected decisions (minibatches of 32,
 action expert trained, on CUDA when there is one). Prints JSON (and writes it with ``--out``).
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--vla", help="a saved VLA (default: a random tiny one)")
     p.add_argument("--runners", default="0,1,2")
+    p.add_argument("--envs", default="1,4", help="envs per runner, driven side by side")
     p.add_argument("--episodes", type=int, default=8)
     p.add_argument("--out")
     args = p.parse_args(argv)
@@ -65,11 +67,16 @@ def main(argv: list[str] | None = None) -> dict:
     optimizer = torch.optim.AdamW(params, lr=1e-5)
     ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False)
     scenarios = ["straight-000", "curve-000", "lead_brake-000", "cut_in-000"]
-    results = []
-    for n in [int(x) for x in args.runners.split(",")]:
+    results: list[dict] = []
+    details: list[dict] = []
+    settings = [(int(n), int(e)) for n in args.runners.split(",") for e in args.envs.split(",")]
+    for n, envs in settings:
         t0 = time.perf_counter()
         workers = RolloutWorkers(
-            env_config(recipe, policy.config.image_size), {"path": str(path), "threads": 1 if n else None}, n
+            env_config(recipe, policy.config.image_size),
+            {"path": str(path), "threads": 1 if n else None},
+            n,
+            envs_per_runner=envs,
         )
         workers.run([Task(0, 0, "straight-000", 0)], None)  # warm-up: actors up, numba and weights loaded
         startup = time.perf_counter() - t0
@@ -86,22 +93,27 @@ def main(argv: list[str] | None = None) -> dict:
         stats = update(policy, None, optimizer, params, batch, recipe, 0)
         update_s = time.perf_counter() - t0
         n_updates = int(np.ceil(len(batch["obs"]) / recipe.rl.minibatch))
-        results.append(
-            {
-                "env_runners": n,
-                "episodes": len(rollouts),
-                "env_steps": steps,
-                "rollout_s": round(rollout_s, 2),
-                "env_steps_per_s": round(steps / rollout_s, 1),
-                "startup_s": round(startup, 1),
-                "update_s": round(update_s, 2),
-                "gradient_steps": n_updates,
-                "policy_updates_per_min": round(60 * n_updates / update_s, 1),
-                "update_samples_per_s": round(len(batch["obs"]) / update_s, 1),
-                "clip_fraction": stats["clip_fraction"],
-            }
-        )
-        print(json.dumps(results[-1]), file=sys.stderr)
+        row = {
+            "env_runners": n,
+            "envs_per_runner": envs,
+            "episodes": len(rollouts),
+            "env_steps": steps,
+            "rollout_s": round(rollout_s, 2),
+            "env_steps_per_s": round(steps / rollout_s, 1),
+            "startup_s": round(startup, 1),
+            "update_s": round(update_s, 2),
+            "gradient_steps": n_updates,
+            "policy_updates_per_min": round(60 * n_updates / update_s, 1),
+            "update_samples_per_s": round(len(batch["obs"]) / update_s, 1),
+            "clip_fraction": stats["clip_fraction"],
+        }
+        details.append(row)
+        setting = f"runners={n},envs={envs}"
+        results += [
+            {"name": f"decisions_per_s[{setting}]", "value": row["env_steps_per_s"], "unit": "decisions/s"},
+            {"name": f"policy_updates_per_min[{setting}]", "value": row["policy_updates_per_min"], "unit": "1/min"},
+        ]
+        print(json.dumps(row), file=sys.stderr)
     ray.shutdown()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "gpu": gpu}
@@ -112,6 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
         + (f" from {args.vla}" if args.vla else ""),
         "env": "smoke bank, 4 cameras 128x256 -> 56x112, 1 frame, decision every 0.5 s",
         "results": results,
+        "details": details,
     }
     return emit(out, args.out)
 

@@ -72,6 +72,7 @@ def _bank_generate(args: argparse.Namespace) -> int:
         args.seed,
         version=args.version,
         families=families,
+        split_fractions=args.split_fractions,
         description=args.description,
     )
     print(f"wrote {len(b)} scenarios to {out} ({', '.join(f'{k} {v}' for k, v in b.manifest.splits.items())})")
@@ -271,6 +272,14 @@ def _comma_list(text: str) -> list[str]:
     return [part for part in text.split(",") if part]
 
 
+def _fractions(text: str) -> tuple[float, float, float]:
+    """``0.5,0.25,0.25`` -> the train / val / test shares (argparse reports a ValueError as bad input)."""
+    parts = tuple(float(x) for x in text.split(","))
+    if len(parts) != 3 or min(parts) < 0 or abs(sum(parts) - 1) > 1e-6:
+        raise ValueError(f"split fractions {text!r}: three shares >= 0 that add up to 1")
+    return parts
+
+
 def build_parser() -> argparse.ArgumentParser:
     from loopdrive.flags import add_model_flags
     from training.data.settings import CollectSettings
@@ -295,6 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--version", default="1.0.0")
     gen.add_argument("--families", help="comma-separated subset (default: all)")
     gen.add_argument("--description", default="")
+    gen.add_argument(
+        "--split-fractions",
+        type=_fractions,
+        default=(0.6, 0.2, 0.2),
+        help="train,val,test shares of each family (default 0.6,0.2,0.2)",
+    )
     gen.add_argument("--out", help="folder (default: scenarios/banks/NAME)")
     gen.set_defaults(fn=_bank_generate)
     val = bsub.add_parser("validate", help="validate a bank folder or a scenario file; exit 1 on problems")

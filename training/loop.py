@@ -40,11 +40,12 @@ class EpochSampler:
         return {"epoch": self.epoch, "position": self.position}
 
 
-def learning_rate(step: int, cfg: TrainSection) -> float:
-    """Linear warm-up, then cosine decay to 10% (a function of the step: nothing to checkpoint)."""
+def learning_rate(step: int, cfg: TrainSection, total: int | None = None) -> float:
+    """Linear warm-up, then cosine decay to 10% at ``total`` (default ``cfg.steps``; SFT with DAgger
+    rounds decays over all its steps). A function of the step: nothing to checkpoint."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    progress = (step - cfg.warmup_steps) / max(1, (total or cfg.steps) - cfg.warmup_steps)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 

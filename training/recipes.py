@@ -5,7 +5,7 @@ it reads (an unknown section or key is an error naming the file and the dotted k
 
 | algorithm | sections |
 |---|---|
-| ``sft`` | ``[data]`` (what to collect or read), ``[model]`` (the VLA), ``[train]`` |
+| ``sft`` | ``[data]`` (what to collect or read), ``[model]`` (the VLA), ``[train]``, ``[dagger]`` |
 | ``grpo`` | ``[data]`` (the observation set-up; the behaviour-cloning anchor), ``[rl]`` |
 | ``ppo`` | ``[data]``, ``[rl]`` (with PPO's critic and GAE settings) |
 | ``ppo_sb3`` | ``[rl]`` (bank and rewards), ``[sb3]`` |
@@ -97,6 +97,20 @@ class TrainSection(_Section):
     max_steps_this_run: int | None = None  # stop early (as a kill would) - for resume tests
 
 
+class DaggerSection(_Section):
+    """DAgger rounds after the ``[train]`` steps on the expert's data: at the start of a round the policy
+    of the moment drives ``episodes`` scenarios of the data's bank and split (a seeded draw per round),
+    the expert labels every ``label_every``-th state it reaches with its own driven future, and
+    ``steps`` more steps train on batches that take ``expert_fraction`` of their samples from the
+    expert's data and the rest from every round's data so far."""
+
+    rounds: int = Field(0, ge=0)
+    episodes: int | None = Field(None, ge=1)  # policy episodes per round (None: the whole split)
+    steps: int = Field(500, ge=1)  # training steps per round
+    expert_fraction: float = Field(0.5, ge=0, le=1)
+    label_every: int = Field(1, ge=1)
+
+
 class EvalSection(_Section):
     every: int = Field(0, ge=0)  # steps between closed-loop evaluations (0: only at the end, if final)
     final: bool = True
@@ -147,6 +161,7 @@ class RLSection(_Section):
     grad_clip: float = 1.0
     # where rollouts run
     env_runners: int = Field(0, ge=0)  # 0: in-process
+    envs_per_runner: int = Field(1, ge=1)  # envs a runner steps side by side, one batched module call per decision
     ray_address: str | None = None  # join a running cluster ("auto", "ray://host:10001")
     retries: int = Field(2, ge=0)  # re-runs of the episodes of a failed env runner
     threads: int | None = None  # torch threads of the trainer
@@ -301,6 +316,13 @@ class SFTRecipe(_OnData):
     algorithm: Literal["sft"] = "sft"
     model: VLAConfig = Field(default_factory=VLAConfig)
     train: TrainSection = Field(default_factory=TrainSection)
+    dagger: DaggerSection = Field(default_factory=DaggerSection)
+
+    @model_validator(mode="after")
+    def _dagger_after_one_schedule(self) -> SFTRecipe:
+        if self.dagger.rounds and self.train.two_stage:
+            raise ValueError("dagger: rounds after a two_stage schedule are not supported (set one of them)")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -5,9 +5,11 @@ on the trajectory the car drove: both heads learn (a text-only SFT cannot fix a 
 head). ``parts`` limits what moves: ``parts = "vlm"`` with ``flow_weight = 0`` is the Cosmos
 Cookbook's text-only post-training (the action expert stays bit-identical). ``two_stage`` follows
 Alpamayo's public recipe: stage 1 trains the VLM on the text, stage 2 the action expert with the VLM
-frozen. Everything that decides the next step - weights, AdamW
-moments, the data order and position, the RNG of the flow noise - is in the checkpoint, so a
-resumed run continues exactly where an uninterrupted one would be.
+frozen. ``[dagger]`` rounds follow the steps on the expert's data: the policy drives, the expert labels
+the states it reaches, and training goes on with both (:mod:`training.dagger`). Everything that
+decides the next step - weights, AdamW moments, the data order and position (the DAgger rounds' too),
+the RNG of the flow noise - is in the checkpoint, so a resumed run continues exactly where an
+uninterrupted one would be.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from agents.policy import load_policy
 from agents.vla import VLA, action_space
 from agents.vla.config import VLAConfig
 from agents.vla.model import state_features
+from training import dagger
 from training.checkpoints import Checkpointer, latest_checkpoint, restore_trainer
 from training.data import DrivingDataset
-from training.loop import EpochSampler, learning_rate, prepare_run
+from training.loop import learning_rate, prepare_run
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, finish, last_step_of_this_run
 from training.recipes import SFTRecipe, TrainSection
@@ -40,7 +43,7 @@ def build_model(recipe: SFTRecipe) -> VLA | AlpamayoR1:
     return VLA(recipe.model.model_copy())
 
 
-def action_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[list[float], list[float]]:
+def action_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[tuple[float, float], tuple[float, float]]:
     """Mean and std of the (accel, curvature) targets, as the flow head will see them."""
     idx = np.linspace(0, len(dataset) - 1, min(limit, len(dataset))).astype(int)
     hist = torch.from_numpy(dataset.arrays["ego_history"][idx])
@@ -49,7 +52,8 @@ def action_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[list[
     )
     flat = actions.reshape(-1, 2).double()
     std = torch.maximum(flat.std(0), torch.tensor([0.1, 0.002], dtype=torch.float64))
-    return flat.mean(0).tolist(), std.tolist()
+    mean, std = flat.mean(0).tolist(), std.tolist()
+    return (mean[0], mean[1]), (std[0], std[1])
 
 
 def state_statistics(dataset: DrivingDataset, config: VLAConfig, limit: int = 4096) -> tuple[list[float], list[float]]:
@@ -92,11 +96,11 @@ def train_sft(
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     noise = torch.Generator(device=device).manual_seed(recipe.seed)
-    sampler = EpochSampler(len(dataset), recipe.seed)
+    batches = dagger.MixedBatches(dataset, recipe)
     step = 0
     if ckpt is not None:
         state = restore_trainer(ckpt, optimizer, {"noise": noise})
-        sampler = EpochSampler(len(dataset), recipe.seed, **state["sampler"])
+        batches.restore(state, run_dir)
         step = state["step"]
     logger = MetricsLogger(run_dir, resume_step=step)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda" and cfg.bf16)
@@ -104,24 +108,31 @@ def train_sft(
     saver = Checkpointer(run_dir, recipe.checkpoint.keep_last)
 
     def checkpoint(at: int) -> Path:
-        state = {"sampler": sampler.state(), "samples": len(dataset)}
+        state = {**batches.state(), "samples": len(batches)}
         return saver.save(at, model, optimizer, state, {"noise": noise.get_state()})
 
     last: dict[str, Any] = {}
-    stop_at = last_step_of_this_run(cfg.steps, step, cfg.max_steps_this_run)
-    bar = progress_bar("sft", cfg.steps, step, "step", progress)
+    total = dagger.total_steps(recipe)
+    stop_at = last_step_of_this_run(total, step, cfg.max_steps_this_run)
+    bar = progress_bar("sft", total, step, "step", progress)
     t0, seen = time.perf_counter(), 0
     while step < stop_at:
+        round_ = dagger.round_starting_at(step, recipe)
+        if round_ is not None and len(batches.rounds) < round_:  # the policy drives, the expert labels
+            data = dagger.collect_round(recipe, run_dir, round_, checkpoint(step), progress)
+            batches.add_round(data)
+            checkpoint(step)  # again, with the round's data: a resume from here does not collect it again
+            logger.log(step, {"dagger/round": round_, "dagger/samples": len(data), **_label_counts(data)})
         stage = stage_of(step, cfg)
         model.set_trainable(STAGE_PARTS[stage] if cfg.two_stage else cfg.parts)
         w_text = cfg.text_weight if stage in (0, 1) else 0.0
         w_flow = cfg.flow_weight if stage in (0, 2) else 0.0
-        lr = learning_rate(step, cfg)
+        lr = learning_rate(step, cfg, total)
         for group in optimizer.param_groups:
             group["lr"] = lr
         sums = {"text": 0.0, "flow": 0.0}
         for _ in range(cfg.grad_accum):
-            obs, reasoning, target = dataset.batch(sampler.next(cfg.batch_size))
+            obs, reasoning, target = batches.next(cfg.batch_size)
             with autocast:
                 losses = model.losses(
                     obs, reasoning, torch.from_numpy(target).to(device), generator=noise, flow_samples=cfg.flow_samples
@@ -137,17 +148,23 @@ def train_sft(
         step += 1
         bar.update(1)
         bar.set_postfix(text=f"{sums['text']:.3f}", flow=f"{sums['flow']:.3f}", refresh=False)
-        if step % cfg.log_every == 0 or step == cfg.steps:
+        if step % cfg.log_every == 0 or step == total:
             last = {
                 "loss/text": sums["text"],
                 "loss/flow": sums["flow"],
                 "lr": lr,
                 "grad_norm": float(grad_norm),
                 "stage": stage,
-                "epoch": sampler.epoch,
+                "epoch": batches.sampler.epoch,
                 "samples_per_s": seen / (time.perf_counter() - t0),
             }
             logger.log(step, last)
-        after_step(step, cfg.steps, recipe, checkpoint, evaluate_fn, logger, run_dir)
+        after_step(step, total, recipe, checkpoint, evaluate_fn, logger, run_dir)
     bar.close()
-    return finish(step, cfg.steps, recipe, evaluate_fn, logger, run_dir, {"step": step, **last})
+    return finish(step, total, recipe, evaluate_fn, logger, run_dir, {"step": step, **last})
+
+
+def _label_counts(data: DrivingDataset) -> dict[str, float]:
+    """What a DAgger round's collection left out, for the metrics log."""
+    labels = data.card["labels"]
+    return {f"dagger/{k}": float(labels.get(k, 0)) for k in ("episodes", "expert_failed", "short_future")}

@@ -46,7 +46,14 @@ def test_every_shipped_recipe_validates():
     files = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
     evals = [p for p in files if p.stem.startswith("eval_")]
     recipes = [p for p in files if p not in evals]
-    assert {p.stem for p in recipes} >= {"sft_tiny", "sft_demo", "grpo_tiny", "ppo_sb3_state", "rig_adapt_text"}
+    assert {p.stem for p in recipes} >= {
+        "sft_tiny",
+        "sft_dagger_tiny",
+        "sft_demo",
+        "grpo_tiny",
+        "ppo_sb3_state",
+        "rig_adapt_text",
+    }
     assert {p.stem for p in evals} >= {"eval_rigs"}
     for path in evals:
         assert load_eval_config(path).rigs, path.name
@@ -54,3 +61,5 @@ def test_every_shipped_recipe_validates():
         recipe = load_recipe(path)
         if recipe.algorithm in ("grpo", "ppo"):
             assert recipe.init_from, f"{path.name}: RL starts from a trained policy"
+        if path.stem == "sft_dagger_tiny":
+            assert recipe.dagger.rounds > 0 and recipe.eval.noise == 0.0, "the rounds' policy drives as evaluated"

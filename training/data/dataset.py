@@ -56,6 +56,7 @@ def dataset_card(path: str | Path) -> dict[str, Any]:
             "bank": cfg["bank"],
             "split": cfg["split"],
             "agent": cfg["agent"],
+            "target": cfg.get("target", "executed"),
             "seeds": cfg["seeds"],
             "perturb_fraction": cfg["perturb_fraction"],
         },

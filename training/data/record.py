@@ -173,6 +173,11 @@ def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None)
         observations=("cameras", "ego_history", "ego_state", "route", "command"),
     )
     agent = load_agent(cfg.agent)
+    labeller = None
+    if cfg.target == "expert":
+        from training.data.dagger import ExpertLabeller
+
+        labeller = ExpertLabeller(cfg.bank, cfg.split, cfg.decision_every)
     teacher = make_teacher(cfg.teacher)
     critic = ConsistencyFilter(cfg.filter_threshold).critic
     writer = _Writer(group, cfg.chunk)
@@ -180,7 +185,9 @@ def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None)
     with zarr.config.set({"array.write_empty_chunks": True}):  # every chunk on disk, all-zero ones too
         for index, (sid, seed, perturbed) in bar:
             filt = ConsistencyFilter(cfg.filter_threshold, critic)  # counts this episode's samples
-            samples, stats = _rollout(env, agent, sid, seed, perturbed, index, cfg, teacher, filt, scene_facts)
+            samples, stats = _rollout(
+                env, agent, sid, seed, perturbed, index, cfg, teacher, filt, scene_facts, labeller
+            )
             writer.add_episode(_key((sid, seed, perturbed)), samples, stats)
         writer.flush()
     card = dataset_card(out)
@@ -199,9 +206,11 @@ def _key(episode: tuple[str, int, bool]) -> str:
 
 
 def _rollout(
-    env, agent, sid, seed, perturbed, index, cfg, teacher, filt, scene_facts
+    env, agent, sid, seed, perturbed, index, cfg, teacher, filt, scene_facts, labeller=None
 ) -> tuple[list[dict[str, Any]], CollectStats]:
-    """One episode's samples and its counts."""
+    """One episode's samples and its counts. With a labeller (DAgger) the targets are the expert's
+    futures from the agent's states, and an episode the agent crashed is kept: its states are the
+    ones the data lacks."""
     options: dict[str, Any] = {"scenario": sid}
     if perturbed:
         rng = np.random.default_rng(1000 + index)
@@ -216,8 +225,10 @@ def _rollout(
     while not done:
         out = agent.act(obs)
         facts = scene_facts(world)
+        labelled = labeller is not None and len(decisions) % cfg.label_every == 0
         decisions.append(
             {
+                "label": labeller.label(env.snapshot(), seed) if labelled else None,
                 "k": len(env.ego_track) - 1,
                 "obs": obs,
                 "facts": facts,
@@ -230,12 +241,22 @@ def _rollout(
     m = info["metrics"]
     bad = m["at_fault_collisions"] > 0 or m["events"].get("offroad", 0) > 0
     stats = CollectStats(episodes=1, families=Counter([env.scenario.family]))
-    if bad:
+    if bad and labeller is None:
         stats.dropped_episodes += 1
         return [], stats
     samples = []
     for d in decisions:
-        target = d["plan"] if cfg.target == "plan" else future_in_ego_frame(env.ego_track, d["k"])
+        if labeller is not None:
+            if d["label"] is None:  # not a labelled decision (label_every)
+                continue
+            if d["label"].failed:
+                stats.expert_failed += 1
+                continue
+            target = d["label"].target
+        elif cfg.target == "plan":
+            target = d["plan"]
+        else:
+            target = future_in_ego_frame(env.ego_track, d["k"])
         if target is None:
             stats.short_future += 1
             continue
@@ -277,11 +298,13 @@ def _rollout(
 @dataclass
 class CollectStats:
     """What a collect counted: episodes (and those dropped as not demonstrations), samples without a
-    full future, families, meta-actions, causes, commands, and the consistency filter's verdicts."""
+    full future, DAgger labels where the expert failed, families, meta-actions, causes, commands, and
+    the consistency filter's verdicts."""
 
     episodes: int = 0
     dropped_episodes: int = 0
     short_future: int = 0
+    expert_failed: int = 0
     families: Counter = field(default_factory=Counter)
     meta_actions: Counter = field(default_factory=Counter)
     causes: Counter = field(default_factory=Counter)
@@ -296,7 +319,7 @@ class CollectStats:
     @classmethod
     def from_attrs(cls, d: dict[str, Any] | None) -> CollectStats:
         d = d or {}
-        counts = {k: d[k] for k in ("episodes", "dropped_episodes", "short_future") if k in d}
+        counts = {k: d[k] for k in ("episodes", "dropped_episodes", "short_future", "expert_failed") if k in d}
         out = cls(**counts, kept=d.get("filter", {}).get("kept", 0))
         out.rejected.update(d.get("filter", {}).get("rejected_by_reason", {}))
         for k in ("families", "meta_actions", "causes"):
@@ -309,6 +332,7 @@ class CollectStats:
             "episodes": self.episodes,
             "dropped_episodes": self.dropped_episodes,
             "short_future": self.short_future,
+            "expert_failed": self.expert_failed,
             "families": dict(self.families),
             "meta_actions": dict(self.meta_actions),
             "causes": dict(self.causes),

@@ -28,9 +28,12 @@ class CollectSettings(BaseModel):
     teacher: str = Field("template", description="template, or a critic spec whose LM writes the reasoning")
     filter_threshold: float = Field(0.5, ge=0, le=1, description="consistency a sample's reasoning needs")
     perturb_fraction: float = Field(0.0, ge=0, le=1, description="extra episodes started off the lane centre")
-    target: Literal["executed", "plan"] = Field(
-        "executed", description="the trajectory to learn: the future driven, or the agent's plan at each decision"
+    target: Literal["executed", "plan", "expert"] = Field(
+        "executed",
+        description="the trajectory to learn: the future driven, the agent's plan at each decision, or the "
+        "future the expert drives from each decision's state (DAgger: any agent drives, the expert labels)",
     )
+    label_every: int = Field(1, ge=1, description="with target expert: label every k-th decision")
     perturb_lateral_m: float = Field(1.0, ge=0, description="largest lateral offset of a perturbed start")
     perturb_heading_deg: float = Field(8.0, ge=0, description="largest heading offset of a perturbed start")
     chunk: int = Field(64, ge=1, description="samples per zarr chunk")

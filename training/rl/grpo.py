@@ -285,7 +285,7 @@ def train_grpo(
     }
     scene_facts = rl.reasoning and rl.consistency_weight > 0
     env = env_config(recipe, policy.camera_size, scene_facts)
-    workers = RolloutWorkers(env, model_config, rl.env_runners, recipe.seed)
+    workers = RolloutWorkers(env, model_config, rl.env_runners, recipe.seed, rl.envs_per_runner)
     demos = Demonstrations(recipe) if rl.bc_weight > 0 else None
     pool = scenario_pool(recipe)
     logger = MetricsLogger(run_dir, resume_step=iteration)

@@ -120,7 +120,7 @@ def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, 
     else:  # a classic baseline: RLlib's default MLP (state) or CNN (BEV) module, with (accel, steer) control
         spec, env_cfg = RLModuleSpec(model_config=BASELINE_MODELS[rl.policy]), baseline_env_config(recipe)
     config = (
-        env_runner_config(env_cfg, spec, rl.env_runners, recipe.seed)
+        env_runner_config(env_cfg, spec, rl.env_runners, recipe.seed, rl.envs_per_runner)
         .training(
             lr=rl.lr,
             gamma=rl.gamma,

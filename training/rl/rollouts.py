@@ -5,13 +5,17 @@ actors, locally or on a cluster) whose env is :class:`training.rl.env.RLDriveEnv
 is :class:`training.rl.module.VLAModule`. A call hands every runner the latest trainable weights
 and its share of the tasks, and gets back one :class:`Rollout` per task:
 
-- episode level: ``SingleAgentEnvRunner.sample(num_episodes=...)`` drives each (scenario, seed)
-  task to the end, with the Flow-SDE policy; the env computes every reward term and the metric
-  suites at the end.
+- episode level: the runner drives each (scenario, seed) task to the end with the Flow-SDE policy;
+  the env computes every reward term and the metric suites at the end.
 - step level: the runner drives the task deterministically to a decision step (or the last one
   before the episode ends, if it ends first), takes a ``snapshot()`` of the world, and scores G
   SDE-sampled decisions from there, each followed by ``branch_horizon`` - 1 deterministic decisions
   (a bandit over the same state).
+
+A runner holds ``envs_per_runner`` envs and drives that many rollouts side by side, calling the
+module once per decision for all of them: batched inference is where a small VLA's rollouts get
+their speed (the model's per-call overhead is shared). The runner's RNG is consumed in the same
+order for the same envs_per_runner, so the rollouts are deterministic for a given setting.
 
 A runner that dies (its process crashes, its node goes) is restarted by RLlib's fault tolerance
 (``restart_failed_env_runners``: Ray restarts the actor and retries the call on it); if a call still
@@ -22,9 +26,10 @@ times (``reruns`` counts them).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -79,14 +84,16 @@ class Rollout:
         return float(self.rewards.sum())
 
 
-def _drive_env(runner):
-    """The RLDriveEnv inside the runner's vector env (through gymnasium's checker wrappers)."""
+def _drive_envs(runner) -> list:
+    """The RLDriveEnvs inside the runner's vector env (through gymnasium's checker wrappers)."""
     from training.rl.env import RLDriveEnv
 
-    env = runner.env.unwrapped.envs[0]
-    while not isinstance(env, RLDriveEnv):
-        env = env.env
-    return env
+    out = []
+    for env in runner.env.unwrapped.envs:
+        while not isinstance(env, RLDriveEnv):
+            env = env.env
+        out.append(env)
+    return out
 
 
 def _load_weights(runner, weights: dict[str, np.ndarray] | None) -> None:
@@ -135,58 +142,76 @@ def _add_reasoning(
         rollout.consistency = float(np.mean(scores)) if scores else None
 
 
-def _episode_rollouts(runner, tasks: list[Task], critic: str | None = None) -> list[Rollout]:
-    runner.env.unwrapped.call("set_tasks", [(t.scenario, t.seed) for t in tasks])
-    episodes = runner.sample(num_episodes=len(tasks), explore=True, force_reset=True)
-    out = []
-    for task, ep in zip(tasks, episodes):
-        obs = ep.get_observations()
-        n = len(ep)
-        infos = ep.get_infos()
-        terms: dict[str, float] = {}
-        for info in infos[1:]:
-            for k, v in info.get("reward_terms", {}).items():
-                terms[k] = terms.get(k, 0.0) + float(v)
-        rollout = Rollout(
-            uid=task.uid,
-            group=task.group,
-            scenario=task.scenario,
-            observations=[{k: v[i] for k, v in obs.items()} for i in range(n)],
-            chains=np.asarray(ep.get_extra_model_outputs(CHAIN), np.float32),
-            smasks=np.asarray(ep.get_extra_model_outputs(SMASK)) > 0.5,
-            logp=np.asarray(ep.get_extra_model_outputs("action_logp"), np.float32),
-            rewards=np.asarray(ep.get_rewards(), np.float32),
-            reward_terms=terms,
-            metrics=infos[-1].get("metrics"),
-            env_steps=n,
-        )
-        if REASONING_IDS in ep.extra_model_outputs:
-            _add_reasoning(
-                runner,
-                rollout,
-                np.asarray(ep.get_extra_model_outputs(REASONING_IDS)),
-                np.asarray(ep.get_extra_model_outputs(TEXT_LOGP), np.float32),
-                np.asarray(ep.get_extra_model_outputs(TRAJ_LOGP), np.float32),
-                np.asarray(ep.get_actions()),
-                infos[:n],
-                critic,
-            )
-        out.append(rollout)
-    return out
-
-
 def _batch(obs_list: list[dict[str, np.ndarray]]) -> dict[str, Any]:
     from ray.rllib.core.columns import Columns
 
     return {Columns.OBS: {k: torch.from_numpy(np.stack([np.asarray(o[k]) for o in obs_list])) for k in obs_list[0]}}
 
 
+def _plans(module, observations: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    """The deterministic plans of a batch of observations (one module call)."""
+    from ray.rllib.core.columns import Columns
+
+    with torch.no_grad():
+        return list(module.forward_inference(_batch(observations))[Columns.ACTIONS].numpy())
+
+
+def _waves(items: list, width: int) -> list[list]:
+    """``items`` in consecutive slices of ``width``: what the runner's envs drive side by side."""
+    return [items[i : i + width] for i in range(0, len(items), width)]
+
+
 FAILURES = INCIDENTS  # collision, off-road, red light, stop sign, wrong way
+BranchPoint = tuple[dict[str, Any], dict[str, np.ndarray], int, str]  # snapshot, observation, steps, why
 
 
-def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np.ndarray], int, str]:
-    """Reset to the task and drive the deterministic plan to its branch point: (snapshot, observation
-    there, env steps driven, why there: "stall", "failure" or "point").
+@dataclass
+class _Approach:
+    """One env driving a task's deterministic plan towards its branch point (see :func:`_branch_points`)."""
+
+    env: Any
+    task: Task
+    obs: dict[str, np.ndarray]
+    points: list[tuple[dict[str, Any], dict[str, np.ndarray]]]  # (snapshot, observation) at every decision
+    steps: int = 0
+    standing: int = 0
+    failed_at: int | None = None
+    kind: str = "point"
+    done: bool = False
+
+    @property
+    def driving(self) -> bool:
+        return not self.done and (self.task.failure_lookback > 0 or self.steps < self.task.branch_at)
+
+    def step(self, action: np.ndarray) -> None:
+        task, env = self.task, self.env
+        self.obs, _, term, trunc, info = env.step(action)
+        self.steps += 1
+        stalled = False
+        if task.failure_lookback and task.stall_decisions:
+            self.standing = self.standing + 1 if standing_blocked(env.unwrapped.world.ego_record()) else 0
+            stalled = self.standing >= task.stall_decisions
+        if task.failure_lookback and (stalled or any(e.kind in FAILURES for e in info["events"])):
+            self.failed_at = self.steps - 1  # the decision whose step brought it
+            self.kind, self.done = ("stall" if stalled else "failure"), True
+        elif term or trunc:  # ended first: branch at the last decision before the end
+            self.done = True
+        else:
+            self.points.append((env.snapshot(), self.obs))
+
+    def branch_point(self) -> BranchPoint:
+        if self.failed_at is not None:
+            at = max(0, self.failed_at + 1 - self.task.failure_lookback)
+        else:
+            at = min(self.task.branch_at, len(self.points) - 1)
+        snap, obs = self.points[at]
+        return snap, obs, self.steps, self.kind
+
+
+def _branch_points(envs: list, module, tasks: list[Task]) -> list[BranchPoint]:
+    """Reset to each task and drive the deterministic plan to its branch point, ``len(envs)`` tasks side
+    by side (one batched plan per decision): per task (snapshot, observation there, env steps driven,
+    why there: "stall", "failure" or "point").
 
     ``branch_at``: that decision, or the last one before the episode ends if it ends first. With
     ``failure_lookback`` k > 0: k decisions before the decision whose step brought the plan's first
@@ -194,35 +219,23 @@ def _branch_point(env, module, task: Task) -> tuple[dict[str, Any], dict[str, np
     With ``stall_decisions`` n > 0 a stall is a failure too: the plan standing still for n decisions
     with nothing in its way (a behaviour-cloned policy that copies its own standstill never restarts).
     """
-    from ray.rllib.core.columns import Columns
+    out = []
+    for wave in _waves(tasks, len(envs)):
+        approaches = []
+        for env, task in zip(envs, wave):
+            env.set_tasks([(task.scenario, task.seed)])
+            obs, _ = env.reset()
+            approaches.append(_Approach(env, task, obs, [(env.snapshot(), obs)]))
+        while driving := [a for a in approaches if a.driving]:
+            for a, action in zip(driving, _plans(module, [a.obs for a in driving])):
+                a.step(action)
+        out += [a.branch_point() for a in approaches]
+    return out
 
-    env.set_tasks([(task.scenario, task.seed)])
-    obs, _ = env.reset()
-    points = [(env.snapshot(), obs)]  # the state at every decision driven so far
-    steps, failed_at, standing, kind = 0, None, 0, "point"
-    last = None if task.failure_lookback else task.branch_at
-    with torch.no_grad():
-        while last is None or steps < last:
-            action = module.forward_inference(_batch([obs]))[Columns.ACTIONS][0].numpy()
-            obs, _, term, trunc, info = env.step(action)
-            steps += 1
-            stalled = False
-            if task.failure_lookback and task.stall_decisions:
-                standing = standing + 1 if standing_blocked(env.unwrapped.world.ego_record()) else 0
-                stalled = standing >= task.stall_decisions
-            if task.failure_lookback and (stalled or any(e.kind in FAILURES for e in info["events"])):
-                failed_at = steps - 1  # the decision whose step brought it
-                kind = "stall" if stalled else "failure"
-                break
-            if term or trunc:  # ended first: branch at the last decision before the end
-                break
-            points.append((env.snapshot(), obs))
-    if failed_at is not None:
-        at = max(0, failed_at + 1 - task.failure_lookback)
-    else:
-        at = min(task.branch_at, len(points) - 1)
-    snap, obs = points[at]
-    return snap, obs, steps, kind
+
+def _branch_point(env, module, task: Task) -> BranchPoint:
+    """:func:`_branch_points` of one task on one env."""
+    return _branch_points([env], module, [task])[0]
 
 
 @contextmanager
@@ -236,84 +249,88 @@ def _exploring_with(module, level: float | tuple[float, ...] | None):
         module.noise_level = own
 
 
-def _branch_rollouts(runner, tasks: list[Task], horizon: int, critic: str | None = None) -> list[Rollout]:
-    """Step level: one snapshot per group, then per task ``sampled_decisions`` SDE decisions (the first
-    one drawn for the whole group in one batch) and plan decisions up to ``horizon`` in all. A group
-    branched at a stall explores with the task's ``stall_noise_level`` where one is set."""
-    env, module = _drive_env(runner), runner.module
-    out: list[Rollout] = []
-    by_group: dict[int, list[Task]] = {}
-    for t in tasks:
-        by_group.setdefault(t.group, []).append(t)
-    for group in by_group.values():
-        snap, obs, steps, kind = _branch_point(env, module, group[0])
-        level = group[0].stall_noise_level if kind == "stall" else None
-        _, info_at_branch = env.restore(snap)
-        with _exploring_with(module, level):
-            with torch.no_grad():
-                first = module.forward_exploration(_batch([obs] * len(group)))
-            for i, task in enumerate(group):
-                env.restore(snap)
-                sample = {k: v[i : i + 1] for k, v in first.items()}
-                rollout = _branch(runner, env, module, task, obs, sample, info_at_branch, horizon, steps, critic)
-                rollout.branch, rollout.noise_level = kind, level
-                out.append(rollout)
-    return out
+@dataclass
+class _Lane:
+    """One env driving one rollout: from a reset (episode level) or a restored snapshot (a branch), its
+    first ``task.sampled_decisions`` decisions drawn from the SDE and the plan's after them, until the
+    episode ends or ``horizon`` decisions are driven."""
+
+    env: Any
+    task: Task
+    obs: dict[str, np.ndarray]
+    info: dict[str, Any]
+    horizon: int | None = None  # None: to the episode's end
+    level: float | tuple[float, ...] | None = None  # the SDE's noise level (None: the module's)
+    steps_before: int = 0  # env steps driven to reach the start
+    decisions: list[tuple[dict[str, np.ndarray], dict[str, torch.Tensor], dict[str, Any]]] = field(
+        default_factory=list
+    )  # every sampled decision: its observation, module outputs and info
+    rewards: list[float] = field(default_factory=list)
+    terms: dict[str, float] = field(default_factory=dict)
+    final: dict[str, Any] | None = None
+    done: bool = False
+
+    @property
+    def samples_next(self) -> bool:
+        return len(self.rewards) < self.task.sampled_decisions
+
+    def step(self, action: np.ndarray) -> None:
+        self.obs, r, term, trunc, self.info = self.env.step(action)
+        self.rewards.append(float(r))
+        for k, v in self.info.get("reward_terms", {}).items():
+            self.terms[k] = self.terms.get(k, 0.0) + float(v)
+        if term or trunc:
+            self.final, self.done = self.info.get("metrics"), True
+        elif self.horizon is not None and len(self.rewards) >= self.horizon:
+            self.done = True
 
 
-def _branch(
-    runner,
-    env,
-    module,
-    task: Task,
-    obs,
-    sample: dict[str, torch.Tensor],
-    info: dict[str, Any],
-    horizon: int,
-    steps_before: int,
-    critic: str | None,
-) -> Rollout:
-    """One branch from the restored snapshot, whose first decision is ``sample``."""
+def _drive_lanes(module, lanes: list[_Lane]) -> None:
+    """Drive every lane to its end side by side: each decision, one exploration call per noise level
+    over the lanes that sample, and one plan call over the others."""
     from ray.rllib.core.columns import Columns
 
-    decisions = [(obs, sample, info)]  # every sampled decision: its observation, module outputs and info
-    action = sample[Columns.ACTIONS][0].numpy()
-    rewards, terms, n, final = [], {}, 0, None
-    for h in range(horizon):
-        obs, r, term, trunc, info = env.step(action)
-        rewards.append(r)
-        n += 1
-        for k, v in info["reward_terms"].items():
-            terms[k] = terms.get(k, 0.0) + float(v)
-        if term or trunc:
-            final = info.get("metrics")
-            break
-        if h + 1 < horizon:
-            with torch.no_grad():
-                if h + 1 < task.sampled_decisions:
-                    sample = module.forward_exploration(_batch([obs]))
-                    decisions.append((obs, sample, info))
-                    action = sample[Columns.ACTIONS][0].numpy()
-                else:
-                    action = module.forward_inference(_batch([obs]))[Columns.ACTIONS][0].numpy()
+    while active := [lane for lane in lanes if not lane.done]:
+        actions: dict[int, np.ndarray] = {}
+        sampling = [lane for lane in active if lane.samples_next]
+        for level in dict.fromkeys(lane.level for lane in sampling):  # in order of appearance
+            group = [lane for lane in sampling if lane.level == level]
+            with _exploring_with(module, level), torch.no_grad():
+                out = module.forward_exploration(_batch([lane.obs for lane in group]))
+            for i, lane in enumerate(group):
+                sample = {k: v[i : i + 1] for k, v in out.items()}
+                lane.decisions.append((lane.obs, sample, lane.info))
+                actions[id(lane)] = sample[Columns.ACTIONS][0].numpy()
+        planning = [lane for lane in active if not lane.samples_next]
+        if planning:
+            for lane, plan in zip(planning, _plans(module, [lane.obs for lane in planning])):
+                actions[id(lane)] = plan
+        for lane in active:
+            lane.step(actions[id(lane)])
+
+
+def _rollout_of(runner, lane: _Lane, critic: str | None, per_decision: bool) -> Rollout:
+    """A finished lane as a rollout: per sampled decision its observation, chain, mask and log-prob; the
+    rewards per decision (episode level) or their total (a branch: one score for its decisions)."""
+    from ray.rllib.core.columns import Columns
 
     def stacked(key: str) -> np.ndarray:
-        return np.concatenate([d[1][key].numpy() for d in decisions])
+        return np.concatenate([d[1][key].numpy() for d in lane.decisions])
 
     rollout = Rollout(
-        uid=task.uid,
-        group=task.group,
-        scenario=task.scenario,
-        observations=[d[0] for d in decisions],
+        uid=lane.task.uid,
+        group=lane.task.group,
+        scenario=lane.task.scenario,
+        observations=[d[0] for d in lane.decisions],
         chains=stacked(CHAIN),
         smasks=stacked(SMASK) > 0.5,
         logp=stacked(Columns.ACTION_LOGP),
-        rewards=np.asarray([sum(rewards)], np.float32),
-        reward_terms=terms,
-        env_steps=n + steps_before,
-        metrics=final,
+        rewards=np.asarray(lane.rewards if per_decision else [sum(lane.rewards)], np.float32),
+        reward_terms=lane.terms,
+        env_steps=len(lane.rewards) + lane.steps_before,
+        metrics=lane.final,
     )
-    if REASONING_IDS in sample:
+    if REASONING_IDS in lane.decisions[0][1]:
         _add_reasoning(
             runner,
             rollout,
@@ -321,10 +338,50 @@ def _branch(
             stacked(TEXT_LOGP),
             stacked(TRAJ_LOGP),
             stacked(Columns.ACTIONS),
-            [d[2] for d in decisions],
+            [d[2] for d in lane.decisions],
             critic,
         )
     return rollout
+
+
+def _episode_rollouts(runner, tasks: list[Task], critic: str | None = None) -> list[Rollout]:
+    """Episode level: each task driven from its reset to the end with the SDE, ``len(envs)`` at a time."""
+    envs, out = _drive_envs(runner), []
+    for wave in _waves(tasks, len(envs)):
+        lanes = []
+        for env, task in zip(envs, wave):
+            env.set_tasks([(task.scenario, task.seed)])
+            obs, info = env.reset()
+            lanes.append(_Lane(env, replace(task, sampled_decisions=math.inf), obs, info))
+        _drive_lanes(runner.module, lanes)
+        out += [_rollout_of(runner, lane, critic, per_decision=True) for lane in lanes]
+    return out
+
+
+def _branch_rollouts(runner, tasks: list[Task], horizon: int, critic: str | None = None) -> list[Rollout]:
+    """Step level: one snapshot per group (the groups' approaches side by side), then every branch of
+    every group from its snapshot, ``len(envs)`` at a time: ``sampled_decisions`` SDE decisions, then
+    plan decisions, ``horizon`` in all. A group branched at a stall explores with the task's
+    ``stall_noise_level`` where one is set."""
+    envs = _drive_envs(runner)
+    groups: dict[int, list[Task]] = {}
+    for t in tasks:
+        groups.setdefault(t.group, []).append(t)
+    points = dict(zip(groups, _branch_points(envs, runner.module, [g[0] for g in groups.values()])))
+    branches = [(task, points[task.group]) for group in groups.values() for task in group]
+    out = []
+    for wave in _waves(branches, len(envs)):
+        lanes = []
+        for env, (task, (snap, _, steps, kind)) in zip(envs, wave):
+            obs, info = env.restore(snap)
+            level = task.stall_noise_level if kind == "stall" else None
+            lanes.append(_Lane(env, task, obs, info, horizon, level, steps))
+        _drive_lanes(runner.module, lanes)
+        for lane, (_, (_, _, _, kind)) in zip(lanes, wave):
+            rollout = _rollout_of(runner, lane, critic, per_decision=False)
+            rollout.branch, rollout.noise_level = kind, lane.level
+            out.append(rollout)
+    return out
 
 
 def _run(
@@ -340,9 +397,12 @@ def _run(
     return _episode_rollouts(runner, tasks, critic), [t.uid for t in tasks]
 
 
-def env_runner_config(env_config: dict[str, Any], module_spec, num_env_runners: int, seed: int):
+def env_runner_config(
+    env_config: dict[str, Any], module_spec, num_env_runners: int, seed: int, envs_per_runner: int = 1
+):
     """The RLlib config of our env runners: ``RLDriveEnv`` with trajectories passed through untouched
-    (no action normalisation or clipping), whole episodes, one env per runner, the given module, and
+    (no action normalisation or clipping), whole episodes, ``envs_per_runner`` envs per runner (stepped
+    side by side, the module called once per decision for all of them), the given module, and
     restarts of failed runners. A ``PPOConfig``, because any new-stack config serves for the runners and
     PPO adds its training settings on top."""
     from ray.rllib.algorithms.ppo import PPOConfig
@@ -357,7 +417,7 @@ def env_runner_config(env_config: dict[str, Any], module_spec, num_env_runners: 
         .framework("torch")
         .env_runners(
             num_env_runners=num_env_runners,
-            num_envs_per_env_runner=1,
+            num_envs_per_env_runner=envs_per_runner,
             batch_mode="complete_episodes",
             num_cpus_per_env_runner=1,
             rollout_fragment_length="auto",
@@ -370,7 +430,12 @@ def env_runner_config(env_config: dict[str, Any], module_spec, num_env_runners: 
 
 class RolloutWorkers:
     def __init__(
-        self, env_config: dict[str, Any], model_config: dict[str, Any], num_env_runners: int = 0, seed: int = 0
+        self,
+        env_config: dict[str, Any],
+        model_config: dict[str, Any],
+        num_env_runners: int = 0,
+        seed: int = 0,
+        envs_per_runner: int = 1,
     ) -> None:
         from ray.rllib.core.rl_module.rl_module import RLModuleSpec
         from ray.rllib.env.env_runner_group import EnvRunnerGroup
@@ -378,7 +443,7 @@ class RolloutWorkers:
         from training.rl.module import VLAModule
 
         spec = RLModuleSpec(module_class=VLAModule, model_config=model_config)
-        config = env_runner_config(env_config, spec, num_env_runners, seed)
+        config = env_runner_config(env_config, spec, num_env_runners, seed, envs_per_runner)
         self.num_env_runners = num_env_runners
         self.group = EnvRunnerGroup(config=config, local_env_runner=num_env_runners == 0)
         self.restarts = 0

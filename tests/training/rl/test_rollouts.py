@@ -264,7 +264,7 @@ def test_a_group_branched_at_a_stall_explores_with_the_stall_noise_level(monkeyp
     from training.rl.grpo import samples_of
 
     env, plan = _BranchingEnv(fail_at, length=12, stall_from=stall_from), _RecordingPlan()
-    monkeypatch.setattr(ro, "_drive_env", lambda runner: env)
+    monkeypatch.setattr(ro, "_drive_envs", lambda runner: [env])
     tasks = [
         ro.Task(
             uid=i,
@@ -327,3 +327,80 @@ def test_before_failure_tasks_draw_a_lookback_per_group():
         iteration=0,
     )
     assert all(t.failure_lookback == 0 for t in uniform)
+
+
+# --- envs side by side ------------------------------------------------------------------------------------------------
+
+
+class _BatchCountingPlan(_RecordingPlan):
+    """Notes the batch size of every module call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[tuple[str, int]] = []
+
+    def forward_inference(self, batch):
+        from ray.rllib.core.columns import Columns
+
+        n = len(next(iter(batch[Columns.OBS].values())))
+        self.batches.append(("plan", n))
+        return {Columns.ACTIONS: torch.zeros(n, 2)}
+
+    def forward_exploration(self, batch):
+        from ray.rllib.core.columns import Columns
+
+        self.batches.append(("sample", len(next(iter(batch[Columns.OBS].values())))))
+        return super().forward_exploration(batch)
+
+
+def test_branch_points_side_by_side_equal_one_at_a_time():
+    from training.rl.rollouts import Task, _branch_point, _branch_points
+
+    tasks = [
+        Task(uid=i, group=i, scenario="s", seed=0, branch_at=b, failure_lookback=lb)
+        for i, (b, lb) in enumerate([(2, 0), (50, 0), (0, 2), (3, 1), (1, 0)])
+    ]
+    fails = [None, None, 5, 2, None]
+    alone = [_branch_point(_ScriptedEnv(f), _ConstantPlan(), t) for f, t in zip(fails, tasks)]
+    # three envs side by side: waves of 3 and 2 tasks (each env replays the failure of the task it drives)
+    envs = [_ScriptedEnv(None) for _ in range(3)]
+    for env in envs:
+        env.set_tasks = lambda tasks, env=env: setattr(env, "fail_at", fails[int(tasks[0][0])])
+    renamed = [
+        Task(
+            uid=t.uid,
+            group=t.group,
+            scenario=str(i),
+            seed=0,
+            branch_at=t.branch_at,
+            failure_lookback=t.failure_lookback,
+        )
+        for i, t in enumerate(tasks)
+    ]
+    plan = _BatchCountingPlan()
+    together = _branch_points(envs, plan, renamed)
+    assert [(s, int(o["t"]), n, k) for s, o, n, k in together] == [(s, int(o["t"]), n, k) for s, o, n, k in alone]
+    assert max(n for _, n in plan.batches) == 3  # one call for the wave's plans at each decision
+
+
+def test_branches_of_several_groups_are_driven_side_by_side(monkeypatch):
+    """Six branches of two groups on three envs: two waves of three, every decision one module call per
+    kind (the sampled first decisions, then the plans), each branch from its own group's snapshot."""
+    from types import SimpleNamespace
+
+    from training.rl import rollouts as ro
+
+    envs = [_BranchingEnv(None, length=30) for _ in range(3)]
+    monkeypatch.setattr(ro, "_drive_envs", lambda runner: envs)
+    tasks = [
+        ro.Task(uid=i, group=i // 3, scenario="s", seed=0, branch_at=2 + 3 * (i // 3), sampled_decisions=2)
+        for i in range(6)
+    ]
+    plan = _BatchCountingPlan()
+    out = ro._branch_rollouts(SimpleNamespace(module=plan), tasks, horizon=4)
+    assert [r.uid for r in out] == list(range(6))
+    assert [int(r.observations[0]["t"]) for r in out] == [2, 2, 2, 5, 5, 5]  # the groups' branch points
+    assert all(len(r.observations) == 2 and r.rewards.shape == (1,) for r in out)
+    assert all(r.env_steps == 4 + s for r, s in zip(out, [2, 2, 2, 5, 5, 5]))
+    branch_calls = plan.batches[-8:]  # after the approaches: 2 waves x (2 sampled + 2 planned decisions)
+    assert branch_calls == [("sample", 3), ("sample", 3), ("plan", 3), ("plan", 3)] * 2

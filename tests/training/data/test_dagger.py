@@ -1,0 +1,94 @@
+"""DAgger's labels: the expert's driven future from a state another agent drove into."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import envs  # noqa: F401
+from agents import load_agent
+from envs import LoopDriveEnv
+from tests.training.helpers import collect_settings
+from training.data import DrivingDataset, card_path, collect, future_in_ego_frame
+from training.data.dagger import ExpertLabeller
+
+OBSERVED = ("cameras", "ego_history", "ego_state", "route", "command")
+
+
+def drive(env, agent, decisions: int, scenario: str, offset=(0.0, 0.0)):
+    obs, _ = env.reset(seed=0, options={"scenario": scenario, "ego_offset": offset})
+    agent.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    for _ in range(decisions):
+        obs, *_ = env.step(agent.act(obs).trajectory)
+    return obs
+
+
+def test_the_label_is_the_experts_driven_future_from_the_restored_snapshot_bit_for_bit():
+    """Labelled in a camera-less env, the future equals the one the expert drives in the episode's own
+    env (cameras on) after restoring the same snapshot; and it is not what the driving agent did."""
+    env = LoopDriveEnv(bank="smoke", n_frames=1, camera_size=(32, 64), observations=OBSERVED)
+    # a perturbed start, driven straight on: a state the expert would not have reached itself
+    drive(env, load_agent("constant_velocity"), 4, "curve-000", offset=(0.8, 0.1))
+    snap = env.snapshot()
+    k = len(env.ego_track) - 1
+    label = ExpertLabeller("smoke", None, env.decision_every).label(snap)
+    assert label.target is not None and not label.failed
+
+    obs, _ = env.restore(snap)
+    expert = load_agent("expert")
+    expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    while len(env.ego_track) - 1 <= k + 64:
+        obs, *_ = env.step(expert.act(obs).trajectory)
+    assert np.array_equal(label.target, future_in_ego_frame(env.ego_track, k))
+
+    obs, _ = env.restore(snap)  # the agent that drove there goes on straight; the expert steers round
+    cv = load_agent("constant_velocity")
+    cv.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    done = False
+    while len(env.ego_track) - 1 <= k + 64 and not done:
+        obs, _, terminated, truncated, _ = env.step(cv.act(obs).trajectory)
+        done = terminated or truncated
+    straight = future_in_ego_frame(env.ego_track, k)
+    assert straight is None or np.abs(label.target[:, 1] - straight[:, 1]).max() > 1.0
+
+
+def test_a_label_whose_expert_crashes_is_marked_failed():
+    """An unavoidable collision ahead: the expert's branch from there is no demonstration."""
+    env = LoopDriveEnv(bank="smoke", n_frames=1, camera_size=(32, 64), observations=OBSERVED)
+    cv = load_agent("constant_velocity")
+    obs = drive(env, cv, 0, "lead_brake-000")
+    labeller = ExpertLabeller("smoke", None, env.decision_every)
+    labels, done, info = [], False, {}
+    while not done:  # constant velocity closes on the braking leader until it hits it
+        labels.append(labeller.label(env.snapshot()))
+        obs, _, terminated, truncated, info = env.step(cv.act(obs).trajectory)
+        done = terminated or truncated
+    assert info["metrics"]["at_fault_collisions"] == 1
+    assert not labels[0].failed and labels[-1].failed  # from the start the expert brakes in time; at the end not
+
+
+def test_dagger_collect_keeps_crashed_episodes_and_labels_every_kth_decision(tmp_path):
+    """``target="expert"``: the agent's episodes are kept even when it crashes, each labelled decision
+    carries the labeller's future, and the card counts what was left out."""
+    cfg = collect_settings(agent="constant_velocity", target="expert", label_every=2, perturb_fraction=0.0)
+    path = tmp_path / "dagger.zarr"
+    collect(cfg, path, progress=False)
+    ds = DrivingDataset(path)
+    card = json.loads(card_path(path).read_text())
+    assert card["source"]["target"] == "expert" and card["labels"]["dropped_episodes"] == 0
+    # constant velocity drives into the braking leader of lead_brake-000: its states are in the data
+    assert set(ds.text["scenario"]) == {"lead_brake-000", "curve-000"}
+    curve = np.array(ds.text["scenario"]) == "curve-000"
+    np.testing.assert_allclose(np.diff(ds.arrays["t"][curve]), 1.0, atol=1e-4)  # every second decision: 1 s apart
+    # the first labelled decision of curve-000 again, by hand
+    env = LoopDriveEnv(bank="smoke", n_frames=1, observations=OBSERVED)
+    env.reset(seed=0, options={"scenario": "curve-000"})
+    label = ExpertLabeller("smoke", None, env.decision_every).label(env.snapshot())
+    np.testing.assert_array_equal(ds.arrays["target"][curve][0], label.target)
+
+
+def test_label_every_is_validated():
+    with pytest.raises(ValueError, match="label_every"):
+        collect_settings(label_every=0)

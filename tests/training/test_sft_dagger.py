@@ -1,0 +1,101 @@
+"""SFT with DAgger rounds: the schedule, the policy each round publishes and lets drive, the mixing
+ratio, and an exact resume after kills in the middle of a round's training and of its collection."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tests.training.helpers import metrics_of, sft_recipe, weights_of
+from training import dagger
+from training.data import DrivingDataset, card_path
+from training.recipes import RecipeError, load_recipe
+from training.run import main as run_main
+
+DAGGER = ["--set", "data.bank=smoke", "--set", "data.split=all"]
+
+
+def dagger_recipe(tmp_path, data, **rounds) -> str:
+    path = sft_recipe(tmp_path, data, steps=4)
+    d = {"rounds": 2, "episodes": 1, "steps": 2, "label_every": 3, "expert_fraction": 0.5} | rounds
+    path.write_text(path.read_text() + "[dagger]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in d.items()))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def straight_run(dataset, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dagger")
+    run = tmp / "straight"
+    assert run_main(["--config", dagger_recipe(tmp, dataset), "--run-dir", str(run), *DAGGER]) == 0
+    return run
+
+
+def test_each_round_lets_the_policy_of_its_start_drive_and_the_expert_label(straight_run):
+    rows = metrics_of(straight_run)
+    rounds = [(r["step"], r["dagger/round"]) for r in rows if "dagger/round" in r]
+    assert rounds == [(4, 1), (6, 2)]  # after the 4 expert-data steps, then every 2 steps
+    assert max(r["step"] for r in rows) == 8
+    for r in (1, 2):
+        card = json.loads(card_path(dagger.round_data(straight_run, r)).read_text())
+        policy = straight_run / "checkpoints" / f"dagger_round_{r}"
+        assert card["source"]["agent"] == f"vla:{policy}?reasoning=0&noise=1"
+        assert card["source"]["target"] == "expert" and card["episodes_complete"] == 1
+        assert card["samples"] > 0
+    # training went on after round 1's policy drove
+    first, final = (weights_of(straight_run / "checkpoints" / n) for n in ("dagger_round_1", "final"))
+    assert any(not torch.equal(first[k], final[k]) for k in first)
+
+
+def test_batches_mix_the_expert_and_the_rounds_at_the_configured_ratio(dataset, straight_run, tmp_path):
+    recipe = load_recipe(dagger_recipe(tmp_path, dataset, expert_fraction=0.75), DAGGER[1::2])
+    expert = DrivingDataset(dataset)
+    batches = dagger.MixedBatches(expert, recipe)
+    _, _, target = batches.next(8)
+    assert _from(expert, target).all()  # before the first round: the expert's data only
+    for r in (1, 2):
+        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)))
+    assert len(batches) == len(expert) + sum(len(d) for d in batches.rounds)
+    for _ in range(5):
+        _, _, target = batches.next(8)
+        assert _from(expert, target).tolist() == [True] * 6 + [False] * 2
+
+
+def _from(ds: DrivingDataset, targets: np.ndarray) -> np.ndarray:
+    return np.array([(ds.arrays["target"] == t).all(axis=(1, 2)).any() for t in targets])
+
+
+def test_dagger_resumes_exactly_after_kills_in_training_and_in_collection(dataset, straight_run, tmp_path, monkeypatch):
+    from training.data import record
+
+    recipe, broken = dagger_recipe(tmp_path, dataset), tmp_path / "broken"
+    # killed in round 1's training (after its collection) ...
+    assert run_main(["--config", recipe, "--run-dir", str(broken), *DAGGER, "--set", "train.max_steps_this_run=5"]) == 0
+    # ... and then inside round 2's collection
+    real = record._rollout
+
+    def killed(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(record, "_rollout", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_main(["--resume", str(broken)])
+    monkeypatch.setattr(record, "_rollout", real)
+    assert (broken / "checkpoints" / "dagger_round_2").exists()
+    assert run_main(["--resume", str(broken)]) == 0
+    a, b = weights_of(straight_run / "checkpoints" / "final"), weights_of(broken / "checkpoints" / "final")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    assert metrics_of(straight_run) == metrics_of(broken)
+
+
+def test_round_schedule_and_refusals(dataset, tmp_path):
+    recipe = load_recipe(dagger_recipe(tmp_path, dataset, rounds=3, steps=5))
+    assert dagger.total_steps(recipe) == 4 + 3 * 5
+    assert [dagger.round_starting_at(s, recipe) for s in (0, 3, 4, 5, 9, 14, 19)] == [None, None, 1, None, 2, 3, None]
+    first, second = dagger.round_scenarios(recipe, 1), dagger.round_scenarios(recipe, 2)
+    assert len(first) == 1 and first != second  # a seeded draw per round
+    with pytest.raises(RecipeError, match="two_stage"):
+        load_recipe(dagger_recipe(tmp_path, dataset), ["train.two_stage=true"])

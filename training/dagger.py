@@ -1,0 +1,121 @@
+"""DAgger rounds inside SFT: when a round starts, what it collects, and the batches that mix the
+expert's data with the policy's.
+
+The schedule is ``[train] steps`` on the expert's data, then ``[dagger] rounds`` of ``steps`` each.
+A round starts by checkpointing the policy, publishing it as ``checkpoints/dagger_round_R`` and letting
+it drive (``collect`` with ``target = "expert"`` into ``RUN/dagger/round_R.zarr``, resumable); every
+batch after that takes ``expert_fraction`` of its samples from the expert's data and the rest from
+all rounds so far (DAgger aggregates). The rounds' data and positions are in the checkpoints' state,
+so a killed run resumes where it was, in the middle of a round's collection too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.checkpoints import checkpoint_dir, publish_final
+from training.data import DrivingDataset, collect
+from training.loop import EpochSampler
+from training.recipes import SFTRecipe
+
+
+def total_steps(recipe: SFTRecipe) -> int:
+    return recipe.train.steps + recipe.dagger.rounds * recipe.dagger.steps
+
+
+def round_starting_at(step: int, recipe: SFTRecipe) -> int | None:
+    """The round (1..rounds) whose training starts at ``step``, else None."""
+    offset = step - recipe.train.steps
+    if offset < 0 or offset % recipe.dagger.steps or offset // recipe.dagger.steps >= recipe.dagger.rounds:
+        return None
+    return offset // recipe.dagger.steps + 1
+
+
+def round_scenarios(recipe: SFTRecipe, round_: int) -> list[str] | None:
+    """The scenarios the policy drives in ``round_``: a seeded draw from the data's split, in bank order."""
+    if recipe.dagger.episodes is None:
+        return None
+    from scenarios import load_bank
+
+    ids = [s.id for s in load_bank(recipe.data.bank, split=recipe.data.split)]
+    pick = np.random.default_rng([recipe.seed, round_]).permutation(len(ids))[: recipe.dagger.episodes]
+    return [ids[i] for i in sorted(pick)]
+
+
+def round_data(run_dir: Path, round_: int) -> Path:
+    return Path(run_dir) / "dagger" / f"round_{round_}.zarr"
+
+
+def collect_round(
+    recipe: SFTRecipe, run_dir: Path, round_: int, policy_checkpoint: Path, progress: bool | None = None
+) -> DrivingDataset:
+    """Publish the policy (once: a resumed round keeps the policy it started with) and let it drive."""
+    name = f"dagger_round_{round_}"
+    policy = checkpoint_dir(run_dir) / name
+    if not policy.exists():
+        publish_final(run_dir, policy_checkpoint, name)
+    options = f"reasoning={int(recipe.eval.reasoning)}&noise={recipe.eval.noise:g}"
+    settings = recipe.data.settings().model_copy(
+        update={
+            "agent": f"vla:{policy}?{options}",
+            "target": "expert",
+            "label_every": recipe.dagger.label_every,
+            "scenarios": round_scenarios(recipe, round_),
+            "seeds": 1,
+            "perturb_fraction": 0.0,
+            "max_episodes": None,
+        }
+    )
+    path = round_data(run_dir, round_)
+    collect(settings, path, progress=progress)
+    return DrivingDataset(path, max_gb=recipe.data.max_gb)
+
+
+class MixedBatches:
+    """Training batches: the expert's data alone, and after the first DAgger round a fixed share of
+    each batch from it and the rest from the rounds' data (one seeded order over all of it, renewed
+    when a round adds data)."""
+
+    def __init__(self, expert: DrivingDataset, recipe: SFTRecipe) -> None:
+        self.expert, self.recipe = expert, recipe
+        self.sampler = EpochSampler(len(expert), recipe.seed)
+        self.rounds: list[DrivingDataset] = []
+        self.on_policy: EpochSampler | None = None
+        self._offsets = np.zeros(1, int)
+
+    def add_round(self, data: DrivingDataset) -> None:
+        self.rounds.append(data)
+        self._offsets = np.cumsum([0, *(len(d) for d in self.rounds)])
+        self.on_policy = EpochSampler(int(self._offsets[-1]), self.recipe.seed + 1000 * len(self.rounds))
+
+    def next(self, batch_size: int) -> tuple[list[dict[str, Any]], list[str], np.ndarray]:
+        if self.on_policy is None:
+            return self.expert.batch(self.sampler.next(batch_size))
+        n_expert = int(round(self.recipe.dagger.expert_fraction * batch_size))
+        obs, text, target = self.expert.batch(self.sampler.next(n_expert)) if n_expert else ([], [], [])
+        targets = [target] if n_expert else []
+        for i in self.on_policy.next(batch_size - n_expert):
+            r = int(np.searchsorted(self._offsets, i, side="right") - 1)
+            o, t, y = self.rounds[r].batch([i - self._offsets[r]])
+            obs, text = obs + o, text + t
+            targets.append(y)
+        return obs, text, np.concatenate(targets)
+
+    def __len__(self) -> int:
+        return len(self.expert) + int(self._offsets[-1])
+
+    def state(self) -> dict[str, Any]:
+        on_policy = self.on_policy.state() if self.on_policy else None
+        return {"sampler": self.sampler.state(), "dagger_rounds": len(self.rounds), "dagger_sampler": on_policy}
+
+    def restore(self, state: dict[str, Any], run_dir: Path) -> None:
+        """A checkpoint's positions, and the data of the rounds it had reached."""
+        self.sampler = EpochSampler(len(self.expert), self.recipe.seed, **state["sampler"])
+        for r in range(1, state.get("dagger_rounds", 0) + 1):
+            self.add_round(DrivingDataset(round_data(run_dir, r), max_gb=self.recipe.data.max_gb))
+        if state.get("dagger_sampler"):
+            n = int(self._offsets[-1])
+            self.on_policy = EpochSampler(n, self.recipe.seed + 1000 * len(self.rounds), **state["dagger_sampler"])

@@ -1,0 +1,66 @@
+"""DAgger's labels: what the expert does from a state the policy drove into.
+
+A behaviour-cloned policy only ever saw the expert's states; its own small errors lead it to states
+it never saw. DAgger lets the policy drive and labels the states it reaches with the expert's answer.
+Here the answer is a driven future, like every other target in the data: the world's snapshot at
+the policy's decision is restored in a second env that renders no cameras, a fresh expert drives
+from there, and the label is the 64 poses it drove (6.4 s in the ego frame at the decision).
+``collect`` with ``target = "expert"`` records such samples; the SFT recipe's ``[dagger]`` rounds
+collect them with the policy of the moment and train on them mixed with the expert's own data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rewards import EventKind
+from training.data.record import HORIZON, future_in_ego_frame
+
+
+@dataclass(frozen=True)
+class ExpertLabel:
+    """The expert's driven future from one snapshot, or why there is none.
+
+    ``target`` is None when the branch ended before 6.4 s (the route done, the scenario's time up).
+    ``failed``: the expert caused a collision there, or left the road it started on: no demonstration.
+    """
+
+    target: np.ndarray | None
+    failed: bool
+
+
+class ExpertLabeller:
+    """Labels snapshots of an env of the same bank with the expert's driven future.
+
+    Its own env observes no cameras (a label needs none), so a label costs the expert's planning and
+    the world's steps only. Restoring into it gives the same world, controller and ego history as the
+    episode had at the snapshot: the expert's future here is bit for bit the one it would drive in
+    the episode's own env from that snapshot (tested).
+    """
+
+    def __init__(self, bank: str, split: str | None, decision_every: int, expert: str = "expert") -> None:
+        from agents import load_agent
+        from envs import LoopDriveEnv
+
+        self.env = LoopDriveEnv(bank=bank, split=split, decision_every=decision_every, observations=("ego_state",))
+        self.expert = load_agent(expert)
+
+    def label(self, snapshot: dict[str, Any], seed: int = 0) -> ExpertLabel:
+        """Restore ``snapshot`` (from any env of this bank), let a fresh expert drive 6.4 s, return it."""
+        env = self.env
+        obs, _ = env.restore(snapshot)
+        k = len(env.ego_track) - 1
+        world = env.world
+        started_off_road = bool(world.state.offroad)
+        self.expert.reset({"scenario": env.scenario, "world": world, "seed": seed})
+        failed = done = False
+        while not done and len(env.ego_track) - 1 <= k + HORIZON:
+            obs, _, terminated, truncated, info = env.step(self.expert.act(obs).trajectory)
+            done = terminated or truncated
+            for e in info["events"]:
+                crashed = e.kind is EventKind.COLLISION and e.at_fault
+                failed |= crashed or (e.kind is EventKind.OFFROAD and not started_off_road)
+        return ExpertLabel(future_in_ego_frame(env.ego_track, k), failed)
