@@ -1,5 +1,6 @@
 """Agents by spec string: ``expert``, ``constant_velocity``, ``stop``, ``vla:PATH`` (a saved VLA;
-``vla:PATH?reasoning=0`` for trajectory only, ``&noise=0`` for the deterministic plan), ``alpamayo:PATH``
+``vla:PATH?reasoning=0`` for trajectory only, ``&noise=0`` for the deterministic plan, ``&steps=N`` for
+N denoising steps instead of the model's own), ``alpamayo:PATH``
 (a checkpoint in Alpamayo-R1's released layout; ``?base=DIR`` for its base VLM folder), ``sb3:PATH``
 (a stable-baselines3 zip, loaded without pickle), or ``my_pkg.agents:MyAgent``."""
 
@@ -47,12 +48,18 @@ def load_agent(spec: str) -> Agent:
         from agents.vla.agent import VLAAgent
         from agents.vla.checkpoint import CheckpointError
 
-        path, options = _path_and_options(spec, {"reasoning": "0|1", "noise": "<scale>"})
+        path, options = _path_and_options(spec, {"reasoning": "0|1", "noise": "<scale>", "steps": "<n >= 1>"})
         if not (Path(path) / "vla_config.json").exists():
             raise AgentSpecError(f"agent {spec!r}: {path} is not a saved VLA (no vla_config.json)")
+        steps = _number(spec, options, "steps", 0)
+        if "steps" in options and (steps < 1 or steps != int(steps)):
+            raise AgentSpecError(f"agent {spec!r}: steps must be a whole number >= 1, got {options['steps']!r}")
         try:
             return VLAAgent(
-                path, reasoning=options.get("reasoning", "1") != "0", noise_scale=_number(spec, options, "noise", 1.0)
+                path,
+                reasoning=options.get("reasoning", "1") != "0",
+                noise_scale=_number(spec, options, "noise", 1.0),
+                flow_steps=int(steps) or None,
             )
         except CheckpointError as e:
             raise AgentSpecError(f"agent {spec!r}: {e}") from None

@@ -1,13 +1,14 @@
 """RL throughput: closed-loop env steps/s on RLlib env runners, and GRPO policy updates/min.
 
-    python benchmarks/rl_throughput.py [--vla PATH] [--runners 0,1,2] [--envs 1,4] [--episodes 8] [--out FILE]
+    python benchmarks/rl_throughput.py [--vla PATH] [--runners 0,1,2] [--envs 1,4] [--flow-steps 10,5]
+                                       [--episodes 8] [--out FILE]
 
-For each env-runner count and each count of envs per runner (driven side by side, one batched
-module call per decision), a warm-up call, then ``--episodes`` Flow-SDE episodes of the tiny VLA on
-the smoke bank (the embedded world, 4 cameras, one decision per 0.5 s) through the same
-``RolloutWorkers`` GRPO uses; then one GRPO update over the collected decisions (minibatches of 32,
-action expert trained, on CUDA when there is one). Prints JSON (and writes it with ``--out``).
-An env step here is one agent decision (5 world steps of 0.1 s).
+For each env-runner count, each count of envs per runner (driven side by side, one batched module
+call per decision) and each count of denoising steps (``rl.flow_steps``): a warm-up call, then
+``--episodes`` Flow-SDE episodes of the tiny VLA on the smoke bank (the embedded world, 4 cameras,
+one decision per 0.5 s) through the same ``RolloutWorkers`` GRPO uses; then one GRPO update over the
+collected decisions (minibatches of 32, action expert trained, on CUDA when there is one). Prints
+JSON (and writes it with ``--out``). An env step here is one agent decision (5 world steps of 0.1 s).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--vla", help="a saved VLA (default: a random tiny one)")
     p.add_argument("--runners", default="0,1,2")
     p.add_argument("--envs", default="1,4", help="envs per runner, driven side by side")
+    p.add_argument("--flow-steps", default="10", help="denoising steps of the rollouts' Flow-SDE")
     p.add_argument("--episodes", type=int, default=8)
     p.add_argument("--out")
     args = p.parse_args(argv)
@@ -69,12 +71,17 @@ def main(argv: list[str] | None = None) -> dict:
     scenarios = ["straight-000", "curve-000", "lead_brake-000", "cut_in-000"]
     results: list[dict] = []
     details: list[dict] = []
-    settings = [(int(n), int(e)) for n in args.runners.split(",") for e in args.envs.split(",")]
-    for n, envs in settings:
+    settings = [
+        (int(n), int(e), int(k))
+        for n in args.runners.split(",")
+        for e in args.envs.split(",")
+        for k in args.flow_steps.split(",")
+    ]
+    for n, envs, flow_steps in settings:
         t0 = time.perf_counter()
         workers = RolloutWorkers(
             env_config(recipe, policy.config.image_size),
-            {"path": str(path), "threads": 1 if n else None},
+            {"path": str(path), "threads": 1 if n else None, "flow_steps": flow_steps},
             n,
             envs_per_runner=envs,
         )
@@ -96,6 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
         row = {
             "env_runners": n,
             "envs_per_runner": envs,
+            "flow_steps": flow_steps,
             "episodes": len(rollouts),
             "env_steps": steps,
             "rollout_s": round(rollout_s, 2),
@@ -108,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
             "clip_fraction": stats["clip_fraction"],
         }
         details.append(row)
-        setting = f"runners={n},envs={envs}"
+        setting = f"runners={n},envs={envs},flow_steps={flow_steps}"
         results += [
             {"name": f"decisions_per_s[{setting}]", "value": row["env_steps_per_s"], "unit": "decisions/s"},
             {"name": f"policy_updates_per_min[{setting}]", "value": row["policy_updates_per_min"], "unit": "1/min"},
@@ -120,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = {
         "benchmark": "rl_throughput",
         "machine": machine | {"torch": torch.__version__},
-        "policy": "tiny VLA (trajectory only, Flow-SDE, 10 denoising steps)"
+        "policy": "tiny VLA (trajectory only, Flow-SDE; denoising steps per row)"
         + (f" from {args.vla}" if args.vla else ""),
         "env": "smoke bank, 4 cameras 128x256 -> 56x112, 1 frame, decision every 0.5 s",
         "results": results,

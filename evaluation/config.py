@@ -45,6 +45,11 @@ class EvalConfig(BaseModel):
     leaderboard_version: str = "2.0"
     extra_metrics: list[str] = Field(default_factory=list)
     consistency: bool = True  # score the agent's reasoning against what it did (rules critic)
+    rewards: dict[str, float] | None = Field(
+        None,
+        description="reward terms and weights whose returns each episode records (e.g. an RL recipe's, to see how"
+        " its return follows the Driving Score; default: rewards.DEFAULT_REWARDS)",
+    )
     retries: int = Field(1, ge=0, description="re-runs of an episode whose worker crashed")
     agent_threads: int = Field(
         1, ge=1, description="torch threads of the agent, in-process and in every worker: one policy, one result"
@@ -70,6 +75,19 @@ class EvalConfig(BaseModel):
                 str(Path(self.routes).resolve()), maps, self.route_ids, strict=self.strict
             ).to_string()
         return self
+
+    @field_validator("rewards")
+    @classmethod
+    def _rewards(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        """Unknown terms are refused here, not by every episode's env."""
+        from rewards import RewardComposer, RewardConfigError
+
+        if v is not None:
+            try:
+                RewardComposer(v)
+            except RewardConfigError as e:
+                raise ValueError(str(e)) from None
+        return v
 
     @field_validator("split")
     @classmethod

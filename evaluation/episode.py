@@ -109,6 +109,7 @@ class EpisodeRunner:
                 n_frames=c.n_frames,
                 camera_size=tuple(c.camera_size),
                 leaderboard_version=c.leaderboard_version,
+                rewards=c.rewards,
                 # route files are scored as the Leaderboard scores them: a collision is a penalty, the
                 # route goes on (a bank's episode ends at the ego's first at-fault collision)
                 terminate_on_collision=not RouteBankSpec.names(c.bank),

@@ -129,6 +129,7 @@ def summarize(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[s
     out["route_completion"] = _stat([r["suites"]["leaderboard"]["route_completion"] for r in done])
     terms = sorted({k for r in done for k in r.get("reward_returns", {})})
     out["reward_returns"] = {k: float(np.mean([r["reward_returns"].get(k, 0.0) for r in done])) for k in terms}
+    out["reward_vs_score"] = reward_vs_score(done, (meta.get("config") or {}).get("rewards"))
     out["by_family"] = _by(done, lambda r: [r["family"]])
     out["by_tag"] = _by(done, lambda r: r.get("tags", []))
     out["by_rig"] = _by(done, lambda r: [r["rig"]])
@@ -142,6 +143,28 @@ def summarize(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[s
         out["by_ability"] = _by(done, _abilities)
     out["provenance"] = {"git": meta.get("git"), "config": meta.get("config")}
     return out
+
+
+def reward_vs_score(records: Sequence[dict[str, Any]], weights: dict[str, float] | None) -> dict[str, Any] | None:
+    """How the episodes' weighted return follows their Driving Score (Pearson and Spearman over episodes).
+
+    A reward that RL climbs is only worth climbing if it ranks episodes as the Driving Score does;
+    ``weights``: the terms of the run's ``rewards`` (default ``rewards.DEFAULT_REWARDS``)."""
+    from scipy.stats import pearsonr, spearmanr
+
+    from rewards import DEFAULT_REWARDS
+
+    weights = weights or DEFAULT_REWARDS
+    returns = [sum(w * r["reward_returns"].get(k, 0.0) for k, w in weights.items()) for r in records]
+    scores = [suite_score(r, "leaderboard") for r in records]
+    if len(records) < 3 or np.ptp(returns) == 0 or np.ptp(scores) == 0:
+        return None  # (a correlation needs spread in both)
+    return {
+        "pearson": float(pearsonr(returns, scores).statistic),
+        "spearman": float(spearmanr(returns, scores).statistic),
+        "n": len(records),
+        "weights": dict(weights),
+    }
 
 
 def _road_kind(record: dict[str, Any]) -> list[str]:

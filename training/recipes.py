@@ -151,9 +151,13 @@ class RLSection(_Section):
     noise_level: NoiseLevels = 0.5
     stochastic: Literal["one", "all"] = "one"  # denoising steps that are stochastic
     init_noise: float = Field(1.0, ge=0)  # scale of the flow's starting noise (0: around the deterministic plan)
+    # Euler steps of the flow in rollouts, sampled and deterministic decisions alike (None: the model's
+    # flow_steps); the log-probs follow the stored chains, the checkpoints keep the model's own steps
+    flow_steps: int | None = Field(None, ge=1)
     reasoning: bool = False  # sample the Chain-of-Causation too; its token log-probs join the objective
     temperature: float = Field(1.0, gt=0)  # of the reasoning's sampling (and of its log-probs)
     dual_clip: float | None = Field(10.0, gt=1)  # dual-clip c for negative advantages (None: off)
+    kl_coef: float = Field(0.0, ge=0)  # k3 KL to the frozen starting policy (init_from), on the sampled chains
     epochs: int = Field(1, ge=1)
     minibatch: int = Field(32, ge=1)
     lr: float = Field(1e-5, gt=0)
@@ -225,7 +229,6 @@ class GRPOSection(RLSection):
     eps_low: float = Field(0.2, ge=0)
     eps_high: float = Field(0.28, ge=0)
     rho_max: float = Field(2.0, gt=0)
-    kl_coef: float = Field(0.0, ge=0)  # k3 KL to the frozen starting policy
     reasoning_weight: float = Field(1.0, ge=0)  # weight of the reasoning tokens' clipped objective
     consistency_weight: float = Field(0.0, ge=0)  # + w x mean reasoning-action consistency in the score
     critic: str = "rules"  # "rules", "hf:/local/model", "http://host:port" (OpenAI-compatible)
@@ -242,6 +245,7 @@ class PPOSection(RLSection):
     clip: float = Field(0.2, gt=0)
     vf_coef: float = Field(0.5, ge=0)
     vf_clip: float = Field(10.0, gt=0)
+    vf_lr: float = Field(1e-3, gt=0)  # the VLA's value head: its own optimiser (a fresh head needs larger steps)
     batch_steps: int = Field(400, ge=1)  # decisions per PPO iteration (whole episodes)
 
 

@@ -21,6 +21,7 @@ import argparse
 import json
 from typing import Any
 
+from training.checkpoints import latest_checkpoint
 from training.data import CollectSettings
 from training.recipes import (
     DDRLRecipe,
@@ -37,9 +38,12 @@ from training.recipes import (
 )
 
 
-def make_evaluator(e: EvalSection, d: CollectSettings, agent: str | None = None):
+def make_evaluator(
+    e: EvalSection, d: CollectSettings, agent: str | None = None, rewards: dict[str, float] | None = None
+):
     """Closed-loop evaluation of a checkpoint through ``evaluation`` with the data's observation set-up
-    ``d`` (``agent``: a spec with ``{checkpoint}`` in it; default the VLA with the eval section's options)."""
+    ``d`` (``agent``: a spec with ``{checkpoint}`` in it; default the VLA with the eval section's options).
+    ``rewards``: an RL recipe's terms, so its evaluations record how their return follows the score."""
     from evaluation import EvalConfig, evaluate
     from scenarios import load_bank
 
@@ -50,9 +54,10 @@ def make_evaluator(e: EvalSection, d: CollectSettings, agent: str | None = None)
         ids = ids[: e.scenarios] if e.scenarios else None
         from agents.policy import policy_kind
 
-        spec = f"{policy_kind(checkpoint)}:{checkpoint}?reasoning={int(e.reasoning)}&noise={e.noise:g}"
-        decision_every = d.decision_every
-        if agent is not None:  # a control policy renews its command every world step, as in training
+        if agent is None:
+            spec = f"{policy_kind(checkpoint)}:{checkpoint}?reasoning={int(e.reasoning)}&noise={e.noise:g}"
+            decision_every = d.decision_every
+        else:  # a control policy renews its command every world step, as in training
             spec, decision_every = agent.format(checkpoint=checkpoint), 1
         cfg = EvalConfig(
             bank=e.bank,
@@ -65,6 +70,7 @@ def make_evaluator(e: EvalSection, d: CollectSettings, agent: str | None = None)
             decision_every=decision_every,
             camera_size=tuple(d.camera_size),
             episode_timeout_s=3600,
+            rewards=rewards,
         )
         return evaluate(cfg, out, progress=False)
 
@@ -76,6 +82,12 @@ def train(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: b
     run_dir.mkdir(parents=True, exist_ok=True)
     saved = run_dir / "config.json"
     resolved = recipe.model_dump(mode="json")
+    if not resume and (ckpt := latest_checkpoint(run_dir)) is not None:
+        # starting over would drop the run's checkpoints and metrics: a re-typed command after a kill
+        raise RecipeError(
+            f"{run_dir} already holds a run (checkpoint {ckpt.name}); continue it with --resume {run_dir}, "
+            "or give a new --run-dir"
+        )
     if saved.exists() and not resume:
         before = json.loads(saved.read_text())
         if {k: v for k, v in before.items() if k != "train"} != {k: v for k, v in resolved.items() if k != "train"}:
@@ -89,12 +101,12 @@ def train(recipe: Recipe, run_dir: str | Path, resume: bool = False, progress: b
     if isinstance(recipe, GRPORecipe):
         from training.rl.grpo import train_grpo
 
-        evaluate = make_evaluator(recipe.eval, recipe.data)
+        evaluate = make_evaluator(recipe.eval, recipe.data, rewards=recipe.rl.rewards)
         return train_grpo(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=evaluate)
     if isinstance(recipe, PPORecipe):
         from training.rl.ppo import train_ppo
 
-        evaluate = make_evaluator(recipe.eval, recipe.data)
+        evaluate = make_evaluator(recipe.eval, recipe.data, rewards=recipe.rl.rewards)
         return train_ppo(recipe, run_dir, resume=resume, progress=progress, evaluate_fn=evaluate)
     if isinstance(recipe, SB3PPORecipe):
         from training.rl.ppo_sb3 import train_ppo_sb3

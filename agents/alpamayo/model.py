@@ -462,9 +462,11 @@ class AlpamayoR1(nn.Module, TrainableParts):
         generator: torch.Generator | None = None,
         noise_scale: float = 1.0,
         temperature: float = 0.6,
+        steps: int | None = None,
     ) -> list[dict[str, Any]]:
         """Reasoning (sampled at ``temperature``, top-p 0.98, as the release does), then the expert's
-        Euler plan from ``noise_scale`` x N(0, I) for each observation."""
+        Euler plan from ``noise_scale`` x N(0, I) for each observation, in ``steps`` Euler steps
+        (None: the release's ``num_inference_steps``)."""
         batch = self.prepare(observations)
         if reasoning:
             budget = self.max_reasoning_tokens
@@ -473,7 +475,7 @@ class AlpamayoR1(nn.Module, TrainableParts):
         else:
             prefix, texts = self.empty_reasoning(batch), [None] * len(observations)
         x0 = noise_scale * torch.randn(len(observations), self.n_waypoints, 2, generator=generator, device=self.device)
-        plans = self.plan(self.euler(prefix, x0)[:, -1], batch).cpu().numpy().astype(np.float32)
+        plans = self.plan(self.euler(prefix, x0, steps)[:, -1], batch).cpu().numpy().astype(np.float32)
         return [{"trajectory": plans[i], "reasoning": texts[i]} for i in range(len(observations))]
 
     # --- RL hooks: the same as the project VLA's (agents.vla.model.VLA), so GRPO / PPO run on this model -------
@@ -486,8 +488,10 @@ class AlpamayoR1(nn.Module, TrainableParts):
         reasoning: bool = False,
         temperature: float = 1.0,
         init_noise: float = 1.0,
+        steps: int | None = None,
     ):
-        """Flow-SDE sampling of the plan: ``(plans, chain, stochastic-step mask, log-prob)``; with
+        """Flow-SDE sampling of the plan in ``steps`` denoising steps (None: the release's
+        ``num_inference_steps``): ``(plans, chain, stochastic-step mask, log-prob)``; with
         ``reasoning`` the Chain-of-Causation is sampled first (full softmax at ``temperature``,
         trajectory tokens masked) and its ids [B, n] (-1 after ``<|traj_future_start|>``) and summed
         log-prob [B] follow."""
@@ -501,7 +505,7 @@ class AlpamayoR1(nn.Module, TrainableParts):
         else:
             with torch.no_grad():
                 prefix = self.empty_reasoning(batch)
-        steps = self.config.diffusion_cfg.num_inference_steps
+        steps = steps or self.config.diffusion_cfg.num_inference_steps
         u, chain, smask, logp = sample_sde(
             self.field,
             len(observations),

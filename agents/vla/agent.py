@@ -1,4 +1,5 @@
-"""``vla:PATH``: a saved VLA as an agent (reasoning on by default, ``vla:PATH?reasoning=0`` to skip)."""
+"""``vla:PATH``: a saved VLA as an agent (reasoning on by default, ``vla:PATH?reasoning=0`` to skip;
+``flow_steps`` overrides the model's denoising steps)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,21 @@ class VLAAgent(ModelAgent):
     name = "vla"
 
     def __init__(
-        self, path: str, reasoning: bool = True, device: str | None = None, seed: int = 0, noise_scale: float = 1.0
+        self,
+        path: str,
+        reasoning: bool = True,
+        device: str | None = None,
+        seed: int = 0,
+        noise_scale: float = 1.0,
+        flow_steps: int | None = None,
     ) -> None:
         from agents.vla.model import VLA
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model = VLA.from_pretrained(path, device)
         self.reasoning, self.seed, self.noise_scale = reasoning, seed, noise_scale
+        self.flow_steps = flow_steps
 
     def act_batch(self, observations: list[dict[str, Any]]) -> list[AgentOutput]:
-        outs = self.model.act_batch(observations, self.reasoning, self.generator, self.noise_scale)
+        outs = self.model.act_batch(observations, self.reasoning, self.generator, self.noise_scale, self.flow_steps)
         return [AgentOutput(o["trajectory"], o["reasoning"]) for o in outs]

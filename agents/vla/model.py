@@ -354,7 +354,10 @@ class VLA(nn.Module, TrainableParts):
         reasoning: bool = True,
         generator: torch.Generator | None = None,
         noise_scale: float = 1.0,
+        steps: int | None = None,
     ) -> list[dict[str, Any]]:
+        """The deterministic plan (the ODE from ``noise_scale`` x the prior's sample) in ``steps`` Euler
+        steps (None: the model's ``flow_steps``), with the reasoning first when ``reasoning``."""
         batch = self.prepare(observations)
         texts = [None] * len(observations)
         if reasoning:
@@ -366,7 +369,7 @@ class VLA(nn.Module, TrainableParts):
             len(observations),
             ctx,
             mask,
-            self.config.flow_steps,
+            steps or self.config.flow_steps,
             generator,
             self.device,
             state=batch["state"],
@@ -385,14 +388,16 @@ class VLA(nn.Module, TrainableParts):
         reasoning: bool = False,
         temperature: float = 1.0,
         init_noise: float = 1.0,
+        steps: int | None = None,
     ):
         """Flow-SDE sampling: trajectories, the denoising chain, its stochastic-step mask and log-probs.
 
         ``init_noise`` scales the flow's starting noise (0: explore around the deterministic plan the
-        evaluation drives). With ``reasoning`` the Chain-of-Causation is sampled first (from the full
-        softmax at ``temperature``) and the trajectory is conditioned on it; then also returns the
-        reasoning's token ids [B, L] (-1 after its end) and their summed log-prob [B]: ``(traj, chain,
-        smask, logp, ids, text_logp)``.
+        evaluation drives); ``steps`` denoising steps (None: the model's ``flow_steps``; the chain's
+        length carries it to ``chain_log_prob``). With ``reasoning`` the Chain-of-Causation is sampled
+        first (from the full softmax at ``temperature``) and the trajectory is conditioned on it; then
+        also returns the reasoning's token ids [B, L] (-1 after its end) and their summed log-prob [B]:
+        ``(traj, chain, smask, logp, ids, text_logp)``.
         """
         batch = self.prepare(observations)
         if reasoning:
@@ -405,7 +410,7 @@ class VLA(nn.Module, TrainableParts):
             len(observations),
             ctx,
             mask,
-            self.config.flow_steps,
+            steps or self.config.flow_steps,
             noise_level,
             stochastic,
             generator,

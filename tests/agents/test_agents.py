@@ -173,3 +173,8 @@ def test_vla_spec_options(tmp_path):
         load_agent(f"vla:{tmp_path / 'vla'}?temperature=2")
     with pytest.raises(AgentSpecError, match="noise must be a number"):
         load_agent(f"vla:{tmp_path / 'vla'}?noise=lots")
+    assert load_agent(f"vla:{tmp_path / 'vla'}?steps=4").flow_steps == 4
+    assert load_agent(f"vla:{tmp_path / 'vla'}").flow_steps is None
+    for bad in ("0", "2.5", "few"):
+        with pytest.raises(AgentSpecError, match="steps must be"):
+            load_agent(f"vla:{tmp_path / 'vla'}?steps={bad}")

@@ -230,6 +230,40 @@ def test_paired_tests():
     assert p > 0.2
 
 
+def test_an_rl_recipes_rewards_are_recorded_with_how_their_return_follows_the_driving_score(tmp_path):
+    import numpy as np
+
+    weights = {"progress": 0.05, "collision": -20.0, "ttc": -0.5, "min_speed": -0.5}
+    cfg = EvalConfig(bank="smoke", agent="constant_velocity", scenarios=FEW, rewards=weights)
+    s = evaluate(cfg, tmp_path, progress=False)
+    records = list(Journal(tmp_path / "episodes.jsonl").records.values())
+    assert all(set(r["reward_returns"]) == set(weights) for r in records)
+    returns = [sum(w * r["reward_returns"][k] for k, w in weights.items()) for r in records]
+    scores = [r["suites"]["leaderboard"]["score"] for r in records]
+    assert s["reward_vs_score"]["weights"] == weights and s["reward_vs_score"]["n"] == 4
+    assert s["reward_vs_score"]["pearson"] == pytest.approx(np.corrcoef(returns, scores)[0, 1])
+    with pytest.raises(ValueError, match=r"(?s)rewards.*unknown reward term .no_such_term."):
+        EvalConfig(rewards={"no_such_term": 1.0})
+
+
+def test_reward_vs_score_ranks_episodes():
+    from evaluation.summary import reward_vs_score
+
+    def episode(progress: float, collisions: float, score: float) -> dict:
+        return {
+            "reward_returns": {"progress": progress, "collision": collisions},
+            "suites": {"leaderboard": {"score": score}},
+        }
+
+    weights = {"progress": 0.1, "collision": -10.0}
+    ranked = [episode(100, 0, 90), episode(80, 0, 70), episode(120, 1, 40), episode(10, 1, 5)]  # 10, 8, 2, -9
+    out = reward_vs_score(ranked, weights)
+    assert out["spearman"] == pytest.approx(1.0) and 0.8 < out["pearson"] < 1.0
+    flipped = [episode(100, 0, 5), episode(80, 0, 40), episode(120, 1, 70), episode(10, 1, 90)]
+    assert reward_vs_score(flipped, weights)["spearman"] == pytest.approx(-1.0)
+    assert reward_vs_score(ranked[:2], weights) is None  # too few episodes for a correlation
+
+
 def test_summary_is_independent_of_record_order(expert_run):
     out, s = expert_run
     records = list(Journal(out / "episodes.jsonl").records.values())

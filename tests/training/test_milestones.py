@@ -89,3 +89,16 @@ def test_select_on_keeps_the_start_when_nothing_beats_it(tmp_path):
     )
     result = finish(4, 4, recipe, None, logger, run_dir, {})
     assert result["selected"]["step"] == 0 and (Path(result["final"]) / "weights.txt").read_text() == "start"
+
+
+def test_an_rl_recipes_evaluations_record_its_reward_beside_the_score(tmp_path):
+    from training.data import CollectSettings
+    from training.recipes import EvalSection
+    from training.run import make_evaluator
+
+    weights = {"progress": 0.05, "collision": -20.0, "min_speed": -0.5}
+    section = EvalSection(bank="smoke", split=None, scenarios=3, workers=0)
+    evaluate = make_evaluator(section, CollectSettings(n_frames=1), agent="constant_velocity", rewards=weights)
+    summary = evaluate(tmp_path / "unused_checkpoint", tmp_path / "eval")
+    assert json.loads((tmp_path / "eval" / "config.json").read_text())["rewards"] == weights
+    assert summary["reward_returns"].keys() == weights.keys()

@@ -13,13 +13,16 @@ from training.recipes import load_recipe
 from training.run import main as run_main
 
 
-def test_sft_resume_gives_the_same_result(dataset, tmp_path):
+def test_sft_resume_gives_the_same_result(dataset, tmp_path, capsys):
     recipe = sft_recipe(tmp_path, dataset)
     straight, broken = tmp_path / "straight", tmp_path / "broken"
     assert run_main(["--config", str(recipe), "--run-dir", str(straight)]) == 0
     assert run_main(["--config", str(recipe), "--run-dir", str(broken), "--set", "train.max_steps_this_run=3"]) == 0
     assert (broken / "checkpoints" / "latest").read_text().strip() == "step_0000002"
     assert not (broken / "checkpoints" / "final").exists()
+    assert run_main(["--config", str(recipe), "--run-dir", str(broken)]) == 2  # the same command again: no restart
+    assert "--resume" in capsys.readouterr().err
+    assert (broken / "checkpoints" / "latest").read_text().strip() == "step_0000002"
     assert run_main(["--resume", str(broken), "--set", "train.max_steps_this_run=100"]) == 0
     a, b = weights_of(straight / "checkpoints" / "final"), weights_of(broken / "checkpoints" / "final")
     assert a.keys() == b.keys()

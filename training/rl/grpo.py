@@ -281,6 +281,7 @@ def train_grpo(
         "reasoning": rl.reasoning,
         "temperature": rl.temperature,
         "init_noise": rl.init_noise,
+        "flow_steps": rl.flow_steps,
         "threads": 1 if rl.env_runners else None,
     }
     scene_facts = rl.reasoning and rl.consistency_weight > 0

@@ -12,7 +12,8 @@
 ``model_config``: ``path`` (a saved VLA folder, readable where the module is built), ``noise_level``,
 ``stochastic`` ("one" | "all"), ``eval_noise``, ``train`` ("expert" freezes the VLM), ``seed``,
 ``threads`` (torch threads on a runner), ``init_noise`` (scale of the flow's starting noise when
-exploring; 0 explores around the deterministic plan), ``reasoning`` and ``temperature``: sample the
+exploring; 0 explores around the deterministic plan), ``flow_steps`` (denoising steps of acting and
+exploring; None: the model's own, which the saved checkpoint keeps), ``reasoning`` and ``temperature``: sample the
 Chain-of-Causation before the trajectory; the action's log-prob is then the joint one (reasoning
 tokens + chain), and ``reasoning_ids`` (padded with -1), ``text_logp`` and ``traj_logp`` are kept.
 """
@@ -72,6 +73,7 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         self.reasoning = bool(mc.get("reasoning", False))
         self.temperature = float(mc.get("temperature", 1.0))
         self.init_noise = float(mc.get("init_noise", 1.0))
+        self.flow_steps = int(mc["flow_steps"]) if mc.get("flow_steps") else None
         self.vla.set_trainable(str(mc.get("train", "both")))  # what the policy gradient moves (+ the value head)
         self.value_head = ValueHead()
         self.generator = torch.Generator().manual_seed(int(mc.get("seed", 0)))
@@ -79,7 +81,9 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
     # --- acting (env runners) ------------------------------------------------------------------------------
     def _forward_inference(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         obs = observations_from_batch(batch[Columns.OBS])
-        out = self.vla.act_batch(obs, reasoning=False, generator=self.generator, noise_scale=self.eval_noise)
+        out = self.vla.act_batch(
+            obs, reasoning=False, generator=self.generator, noise_scale=self.eval_noise, steps=self.flow_steps
+        )
         return {Columns.ACTIONS: torch.from_numpy(np.stack([o["trajectory"] for o in out]))}
 
     def _forward_exploration(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
@@ -94,6 +98,7 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
                 reasoning=self.reasoning,
                 temperature=self.temperature,
                 init_noise=self.init_noise,
+                steps=self.flow_steps,
             )
         traj, chain, smask, logp = sampled[:4]
         out = {
@@ -116,16 +121,19 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
 
     # --- learning -------------------------------------------------------------------------------------------
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        return {Columns.ACTION_LOGP: self.log_prob_under(self.vla, batch)}
+
+    def log_prob_under(self, policy: Any, batch: dict[str, Any]) -> torch.Tensor:
+        """The stored samples' log-prob under ``policy`` (this module's VLA, or a frozen reference of it)."""
         obs = observations_from_batch(batch[Columns.OBS])
-        chain = torch.as_tensor(batch[CHAIN]).transpose(0, 1).to(self.vla.device)
+        chain = torch.as_tensor(batch[CHAIN]).transpose(0, 1).to(policy.device)
         smask = torch.as_tensor(batch[SMASK]).bool()
         if self.reasoning:
-            text, traj = self.vla.joint_log_prob(
+            text, traj = policy.joint_log_prob(
                 obs, torch.as_tensor(batch[REASONING_IDS]), chain, smask, self.noise_level, self.temperature
             )
-            return {Columns.ACTION_LOGP: text + traj}
-        logp = self.vla.chain_log_prob(obs, chain, smask, self.noise_level)
-        return {Columns.ACTION_LOGP: logp}
+            return text + traj
+        return policy.chain_log_prob(obs, chain, smask, self.noise_level)
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         obs = observations_from_batch(batch[Columns.OBS])

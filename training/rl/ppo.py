@@ -29,11 +29,12 @@ from ray.rllib.core.learner.learner import POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from safetensors.torch import load_file, save_file
 
+from agents.policy import load_policy
 from training.checkpoints import save_checkpoint
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, before_first_step, finish, last_step_of_this_run
-from training.recipes import PPORecipe
-from training.rl.losses import ClipConfig, clipped_loss, log_ratio
+from training.recipes import PPORecipe, RecipeError
+from training.rl.losses import ClipConfig, clipped_loss, k3_kl, log_ratio
 from training.rl.setup import connect_ray, env_config, starting_point
 
 VALUE_HEAD = "value_head.safetensors"
@@ -61,7 +62,36 @@ class EpisodeTermsCallback(RLlibCallback):
 
 class FlowPPOLearner(PPOTorchLearner):
     """PPO's loss with the dual-clip option. The new log-prob is the module's ``action_logp`` (the VLA:
-    the stored chain's) or, for RLlib's default modules, that of their action distribution."""
+    the stored chain's) or, for RLlib's default modules, that of their action distribution.
+
+    The VLA's critic has its own optimiser: a fresh value head needs a far larger step than the
+    pretrained policy (``rl.vf_lr`` against ``rl.lr``), and each optimiser clips its own gradient
+    norm, so the critic's gradient never scales the policy's down."""
+
+    def configure_optimizers_for_module(self, module_id, config=None) -> None:
+        module = self._module[module_id].unwrapped()
+        if not hasattr(module, "value_head"):  # RLlib's default modules: one optimiser, as RLlib makes it
+            return super().configure_optimizers_for_module(module_id, config)
+        critic = list(module.value_head.parameters())
+        in_critic = {id(p) for p in critic}
+        policy = [p for p in self.get_parameters(module) if p.requires_grad and id(p) not in in_critic]
+        for name, params, lr in (
+            ("policy", policy, config.lr),
+            ("critic", critic, config.learner_config_dict["vf_lr"]),
+        ):
+            self.register_optimizer(
+                module_id=module_id,
+                optimizer_name=name,
+                optimizer=torch.optim.Adam(params),
+                params=params,
+                lr_or_lr_schedule=lr,
+            )
+
+    def reference_policy(self, config) -> Any:
+        """The frozen starting policy (``rl.kl_coef``), read once from ``init_from``."""
+        if getattr(self, "_reference", None) is None:
+            self._reference = load_policy(config.learner_config_dict["reference"]).eval().requires_grad_(False)
+        return self._reference
 
     def compute_loss_for_module(self, *, module_id, config, batch: dict[str, Any], fwd_out: dict[str, Any]):
         module = self.module[module_id].unwrapped()
@@ -82,6 +112,13 @@ class FlowPPOLearner(PPOTorchLearner):
         values = module.compute_values(batch)
         vf = torch.clamp((values - batch[Postprocessing.VALUE_TARGETS]) ** 2, 0, config.vf_clip_param)
         total = mean(policy + config.vf_loss_coeff * vf)
+        kl_coef = config.learner_config_dict.get("kl_coef", 0.0)
+        if kl_coef > 0:  # an anchor to the start, where the clip only bounds each iteration's step
+            with torch.no_grad():
+                logp_ref = module.log_prob_under(self.reference_policy(config), batch)
+            kl = mean(k3_kl(logp, logp_ref))
+            total = total + kl_coef * kl
+            self.metrics.log_dict({"kl_ref": kl}, key=module_id, window=1)
         self.metrics.log_dict(
             {
                 POLICY_LOSS_KEY: mean(policy),
@@ -114,6 +151,7 @@ def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, 
             "reasoning": rl.reasoning,
             "temperature": rl.temperature,
             "init_noise": rl.init_noise,
+            "flow_steps": rl.flow_steps,
             "threads": 1 if rl.env_runners else None,
         }
         spec, env_cfg = RLModuleSpec(module_class=VLAModule, model_config=model_config), env_config(recipe, image_size)
@@ -135,7 +173,16 @@ def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, 
             num_epochs=rl.epochs,
             grad_clip=rl.grad_clip,
         )
-        .learners(num_learners=0, learner_class=FlowPPOLearner, learner_config_dict={"dual_clip": rl.dual_clip})
+        .learners(
+            num_learners=0,
+            learner_class=FlowPPOLearner,
+            learner_config_dict={
+                "dual_clip": rl.dual_clip,
+                "vf_lr": rl.vf_lr,
+                "kl_coef": rl.kl_coef,
+                "reference": str(Path(recipe.init_from).resolve()) if recipe.init_from else None,
+            },
+        )
         .callbacks(EpisodeTermsCallback)
     )
     return config.build_algo()
@@ -163,24 +210,27 @@ def baseline_env_config(recipe: PPORecipe) -> dict[str, Any]:
     return cfg
 
 
-def _learner_module(algo):
+def learner_module(algo):
+    """The module the (local) learner trains: the VLA with its value head, or a baseline's."""
     return algo.learner_group._learner.module["default_policy"].unwrapped()
 
 
 def train_ppo(
     recipe: PPORecipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None, evaluate_fn=None
 ) -> dict[str, Any]:
-    from agents.policy import load_policy
-
     run_dir = Path(run_dir)
     rl = recipe.rl
+    if rl.kl_coef > 0 and (rl.policy != "vla" or not recipe.init_from):
+        raise RecipeError('rl.kl_coef anchors a VLA to its start: it needs policy = "vla" and init_from')
     if rl.policy != "vla":
         return _train_baseline(recipe, run_dir, resume, progress)
     ckpt, start = starting_point(recipe, run_dir, resume)
     image_size = load_policy(start).camera_size
     connect_ray(rl, recipe.eval.workers)
+    threads = torch.get_num_threads()
     algo = build_algorithm(recipe, start, image_size)
-    module = _learner_module(algo)
+    torch.set_num_threads(threads)  # the learner's module was built here with the runners' 1 thread
+    module = learner_module(algo)
     iteration = 0
     if ckpt is not None:
         module.value_head.load_state_dict(load_file(ckpt / VALUE_HEAD))
@@ -219,7 +269,7 @@ def _train_baseline(recipe: PPORecipe, run_dir: Path, resume: bool, progress: bo
     rl = recipe.rl
     connect_ray(rl, 0)
     algo = build_algorithm(recipe, Path("."), (0, 0))
-    module = _learner_module(algo)
+    module = learner_module(algo)
     ckpt_dir = run_dir / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     iteration = 0
@@ -266,9 +316,13 @@ def _flatten_result(result: dict[str, Any]) -> dict[str, float]:
         if key in env:
             out[name] = float(env[key])
     out |= {k: float(v) for k, v in env.items() if k.startswith(("reward_terms/", "episode/"))}
+    timers = result.get("timers", {})  # RLlib's (smoothed) seconds per iteration: where the time goes
+    for key, name in (("env_runner_sampling_timer", "sampling_s"), ("learner_update_timer", "learner_s")):
+        if isinstance(timers.get(key), int | float):
+            out[f"time/{name}"] = float(timers[key])
     learner = result.get("learners", {}).get("default_policy", {})
-    keys = ("policy_loss", "vf_loss", "clip_fraction", "ratio_mean", "approx_kl_old")
-    for key in (*keys, "gradients_default_optimizer_global_norm"):
-        if key in learner:
+    keys = ("policy_loss", "vf_loss", "clip_fraction", "ratio_mean", "approx_kl_old", "kl_ref")
+    for key in learner:
+        if key in keys or (key.startswith("gradients_") and key.endswith("_global_norm")):
             out[f"learner/{key}"] = float(learner[key])
     return out

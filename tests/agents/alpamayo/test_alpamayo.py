@@ -126,6 +126,19 @@ def test_flow_sde_log_probs_give_ratio_one_for_an_unchanged_policy(goldens):
     assert not torch.allclose(moved, logp_old, atol=1e-4)
 
 
+def test_fewer_denoising_steps_sample_a_shorter_chain_whose_log_prob_is_recomputed(goldens):
+    model = AlpamayoR1.from_pretrained(FIXTURE / "checkpoint")
+    obs = [_observation(goldens)] * 2
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        plans, chain, smask, logp = model.sample_with_log_prob(obs, 0.5, "all", g, steps=4)
+        again = model.chain_log_prob(obs, chain, smask, 0.5)
+    assert chain.shape[0] == 5 and smask.shape[-1] == 4 and plans.shape[0] == 2
+    torch.testing.assert_close(again, logp, atol=1e-4, rtol=0)
+    planned = model.act_batch(obs, reasoning=False, generator=g, noise_scale=0.0, steps=4)
+    assert planned[0]["trajectory"].shape == plans[0].shape
+
+
 def test_the_agent_plans_from_env_observations(goldens):
     from agents.loading import load_agent
 

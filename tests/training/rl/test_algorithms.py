@@ -81,6 +81,53 @@ def test_ppo_one_iteration_end_to_end_on_rllib(ray_local, tiny_vla, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(before.backbone.parameters(), after.backbone.parameters()))
 
 
+def test_ppo_gives_the_critic_its_own_optimiser_and_learning_rate(ray_local, tiny_vla):
+    from training.rl.ppo import build_algorithm, learner_module
+
+    recipe = _rl_recipe("ppo", tiny_vla, lr=1e-6, vf_lr=1e-2, epochs=1, minibatch=40)
+    algo = build_algorithm(recipe, tiny_vla, (56, 112))
+    try:
+        module = learner_module(algo)
+        critic = [p.detach().clone() for p in module.value_head.parameters()]
+        expert = [p.detach().clone() for p in module.vla.expert.parameters()]
+        result = algo.train()
+        moved_critic = max(float((p - q).abs().max()) for p, q in zip(module.value_head.parameters(), critic))
+        moved_expert = max(float((p - q).abs().max()) for p, q in zip(module.vla.expert.parameters(), expert))
+    finally:
+        algo.stop()
+    # an Adam step moves a parameter by at most about its learning rate: the critic's steps are vf_lr's,
+    # the policy's lr's (one shared optimiser would move both alike), each clipped by its own norm
+    assert 1e-6 <= moved_expert <= 5e-6 and 1e-2 <= moved_critic <= 5e-2
+    norms = result["learners"]["default_policy"]
+    assert {"gradients_policy_global_norm", "gradients_critic_global_norm"} <= set(norms)
+
+
+def test_ppo_kl_anchor_scores_the_samples_under_the_frozen_start(ray_local, tiny_vla):
+    from training.recipes import RecipeError
+    from training.rl.losses import k3_kl
+    from training.rl.ppo import build_algorithm, learner_module, train_ppo
+
+    recipe = _rl_recipe("ppo", tiny_vla, lr=1e-3, kl_coef=0.5, epochs=2, minibatch=20)
+    algo = build_algorithm(recipe, tiny_vla, (56, 112))
+    try:
+        module = learner_module(algo)
+        result = algo.train()
+        learner = algo.learner_group._learner
+        reference = learner.reference_policy(learner.config)
+        start = [p.detach() for p in reference.expert.parameters()]
+        assert all(not p.requires_grad for p in reference.parameters())
+        moved = [not torch.equal(a, b) for a, b in zip(module.vla.expert.parameters(), start)]
+    finally:
+        algo.stop()
+    assert any(moved)  # the policy left the start, the reference stayed there ...
+    kl = result["learners"]["default_policy"]["kl_ref"]
+    assert 0 < kl < float("inf")  # ... and the penalty measured the distance between them (k3 >= 0)
+    assert float(k3_kl(torch.tensor([0.0]), torch.tensor([0.0]))) == 0.0
+    baseline = _rl_recipe("ppo", Path("unused"), policy="mlp_state", kl_coef=0.5)
+    with pytest.raises(RecipeError, match="kl_coef"):
+        train_ppo(baseline, "unused_run", progress=False)
+
+
 def test_sb3_ppo_baseline_trains_resumes_and_loads_as_an_agent(tmp_path):
     from agents import load_agent
     from training.recipes import recipe_from_dict

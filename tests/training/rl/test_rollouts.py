@@ -72,6 +72,31 @@ def test_sampled_reasoning_and_chain_log_probs_are_recomputed_exactly(tiny_vla):
     assert all(isinstance(t, str) for t in model.decode_reasoning(ids))
 
 
+def test_rollouts_with_fewer_denoising_steps_store_chains_whose_log_probs_the_learner_recomputes(tiny_vla):
+    from ray.rllib.core.columns import Columns
+
+    from envs.gym_env import LoopDriveEnv
+    from training.rl.module import CHAIN, SMASK, VLAModule
+
+    env = LoopDriveEnv(bank="smoke", n_frames=1, camera_size=(56, 112))
+    obs = [env.reset(seed=i, options={"scenario": s})[0] for i, s in enumerate(("curve-000", "lead_brake-000"))]
+    batch = {Columns.OBS: {k: torch.from_numpy(np.stack([np.asarray(o[k]) for o in obs])) for k in obs[0]}}
+    config = {"path": str(tiny_vla), "noise_level": 0.5, "stochastic": "all", "init_noise": 0.0}
+    fewer = VLAModule(model_config=config | {"flow_steps": 4})
+    default = VLAModule(model_config=config)
+    out = fewer.forward_exploration(batch)
+    assert out[CHAIN].shape == (2, 5, 64, 2) and out[SMASK].shape == (2, 4)  # 4 steps, not the model's 10
+    assert default.forward_exploration(batch)[CHAIN].shape == (2, 11, 64, 2)
+    with torch.no_grad():
+        again = fewer.forward_train(batch | {CHAIN: out[CHAIN], SMASK: out[SMASK]})[Columns.ACTION_LOGP]
+    torch.testing.assert_close(again, out[Columns.ACTION_LOGP], atol=1e-4, rtol=1e-5)  # ratio 1, unchanged policy
+    # the deterministic plan too: 4 Euler steps give another plan than the model's 10
+    plan4 = fewer.forward_inference(batch)[Columns.ACTIONS]
+    plan10 = default.forward_inference(batch)[Columns.ACTIONS]
+    assert plan4.shape == plan10.shape and not torch.allclose(plan4, plan10)
+    assert fewer.vla.config.flow_steps == 10  # what a checkpoint of it would save
+
+
 def test_a_killed_env_runner_is_restarted_and_its_rollouts_redone(ray_local, tiny_vla):
     import os
     import signal
