@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
     from training.recipes import load_recipe
     from training.rl.grpo import branch_length, plan_tasks, scenario_pool, score_of
     from training.rl.rollouts import RolloutWorkers
-    from training.rl.setup import env_config
+    from training.rl.setup import env_config, module_config
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="configs/grpo_tiny.toml")
@@ -88,14 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     for setting in args.setting or DEFAULT_SETTINGS:
         rl = recipe.rl.model_validate(recipe.rl.model_dump() | setting)
         r = recipe.model_copy(update={"rl": rl})
-        model = {
-            "path": str(Path(recipe.init_from).resolve()),
-            "noise_level": rl.noise_level,
-            "stochastic": rl.stochastic,
-            "eval_noise": 0.0,
-            "init_noise": rl.init_noise,
-            "threads": 1 if rl.env_runners else None,
-        }
+        model = module_config(r, recipe.init_from) | {"eval_noise": 0.0}
         workers = RolloutWorkers(env_config(r, image_size), model, rl.env_runners, recipe.seed)
         t0, groups = time.perf_counter(), {}
         for it in range(args.iterations):

@@ -38,7 +38,7 @@ from training.recipes import GRPORecipe, GRPOSection, RecipeError
 from training.rl.losses import ClipConfig, group_advantages, informative_groups, policy_loss
 from training.rl.module import as_noise_level
 from training.rl.rollouts import Rollout, RolloutWorkers, Task
-from training.rl.setup import connect_ray, env_config, starting_point
+from training.rl.setup import connect_ray, env_config, module_config, starting_point
 
 DECISIONS_TO_BRANCH = 0.7  # step level: branch points fall in the first 70% of a scenario
 
@@ -273,17 +273,7 @@ def train_grpo(
         iteration = state["step"]
 
     connect_ray(rl, recipe.eval.workers)
-    model_config = {
-        "path": str(Path(start_path).resolve()),
-        "noise_level": rl.noise_level,
-        "stochastic": rl.stochastic,
-        "eval_noise": recipe.eval.noise,
-        "reasoning": rl.reasoning,
-        "temperature": rl.temperature,
-        "init_noise": rl.init_noise,
-        "flow_steps": rl.flow_steps,
-        "threads": 1 if rl.env_runners else None,
-    }
+    model_config = module_config(recipe, start_path)
     scene_facts = rl.reasoning and rl.consistency_weight > 0
     env = env_config(recipe, policy.camera_size, scene_facts)
     workers = RolloutWorkers(env, model_config, rl.env_runners, recipe.seed, rl.envs_per_runner)

@@ -35,7 +35,7 @@ from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, before_first_step, finish, last_step_of_this_run
 from training.recipes import PPORecipe, RecipeError
 from training.rl.losses import ClipConfig, clipped_loss, k3_kl, log_ratio
-from training.rl.setup import connect_ray, env_config, starting_point
+from training.rl.setup import connect_ray, env_config, module_config, starting_point
 
 VALUE_HEAD = "value_head.safetensors"
 
@@ -141,19 +141,7 @@ def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, 
 
     rl = recipe.rl
     if rl.policy == "vla":
-        model_config = {
-            "path": str(model_path.resolve()),
-            "noise_level": rl.noise_level,
-            "stochastic": rl.stochastic,
-            "eval_noise": recipe.eval.noise,
-            "train": rl.train,
-            "seed": recipe.seed,
-            "reasoning": rl.reasoning,
-            "temperature": rl.temperature,
-            "init_noise": rl.init_noise,
-            "flow_steps": rl.flow_steps,
-            "threads": 1 if rl.env_runners else None,
-        }
+        model_config = module_config(recipe, model_path) | {"train": rl.train, "seed": recipe.seed}
         spec, env_cfg = RLModuleSpec(module_class=VLAModule, model_config=model_config), env_config(recipe, image_size)
     else:  # a classic baseline: RLlib's default MLP (state) or CNN (BEV) module, with (accel, steer) control
         spec, env_cfg = RLModuleSpec(model_config=BASELINE_MODELS[rl.policy]), baseline_env_config(recipe)

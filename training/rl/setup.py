@@ -27,6 +27,23 @@ def starting_point(recipe: GRPORecipe | PPORecipe, run_dir: Path, resume: bool) 
     return ckpt, Path(ckpt or recipe.init_from)
 
 
+def module_config(recipe: GRPORecipe | PPORecipe, policy_path: str | Path) -> dict[str, Any]:
+    """The ``VLAModule``'s ``model_config`` for the recipe's rollouts: the policy at ``policy_path``,
+    how it samples (noise, stochastic steps, denoising steps, reasoning) and how it plans when evaluated."""
+    rl = recipe.rl
+    return {
+        "path": str(Path(policy_path).resolve()),
+        "noise_level": rl.noise_level,
+        "stochastic": rl.stochastic,
+        "eval_noise": recipe.eval.noise,
+        "reasoning": rl.reasoning,
+        "temperature": rl.temperature,
+        "init_noise": rl.init_noise,
+        "flow_steps": rl.flow_steps,
+        "threads": 1 if rl.env_runners else None,
+    }
+
+
 def env_config(
     recipe: GRPORecipe | PPORecipe, image_size: tuple[int, int], scene_facts: bool = False
 ) -> dict[str, Any]:
