@@ -17,7 +17,8 @@ from rewards.events import Event, EventKind
 
 WRONG_WAY_DISTANCE = 50.0  # metres against the lane direction before it counts as wrong-way driving
 WRONG_WAY_ANGLE = 2.0  # rad between the ego's heading and its lane's that counts as "against"
-ROUTE_DEVIATION = 12.0  # metres from the route centreline that end the route (as CARLA's deviation)
+ROUTE_DEVIATION = 12.0  # metres from the route centreline that end a bank scenario's route
+LEADERBOARD_DEVIATION = 30.0  # ... and a route file's (the Leaderboard's InRouteTest, offroad_max)
 STOPPED_BEFORE_M = 8.0  # a stop counts within this many metres before a stop sign's line
 STOPPED_SPEED = 0.3  # m/s: slow enough to count as a stop at a stop sign
 STANDSTILL_SPEED = 0.1  # m/s: below this the ego is standing still (blocked-time bookkeeping)
@@ -109,6 +110,7 @@ class RouteBook:
     """
 
     goal_distance: float
+    deviation: float = ROUTE_DEVIATION  # metres off the route that end it
     wrong_way: bool = False
     off_route_lanes: bool = False
     wrong_way_run: float = 0.0  # metres driven against the lane since entering it
@@ -133,7 +135,7 @@ class RouteBook:
     ) -> list[Event]:
         """Take one step's measurements (``moved``: route progress gained in the step) and return its
         events: wrong-way driving once the run against a lane passes ``WRONG_WAY_DISTANCE``, a route
-        deviation past ``ROUTE_DEVIATION`` m, the route's completion."""
+        deviation past ``deviation`` m, the route's completion."""
         events = []
         run_before = self.wrong_way_run
         self.wrong_way_run = self.wrong_way_run + moved if wrong_way else 0.0
@@ -144,7 +146,7 @@ class RouteBook:
             self.distance_outside_route_lanes += moved
         if wrong_way:
             self.distance_wrong_way += moved
-        if abs(lateral) > ROUTE_DEVIATION and not self.route_deviated:
+        if abs(lateral) > self.deviation and not self.route_deviated:
             self.route_deviated = True
             events.append(Event(EventKind.ROUTE_DEVIATION, t, lateral=float(lateral)))
         if not self.route_completed and route_progress >= self.goal_distance:
@@ -175,6 +177,47 @@ class RouteBook:
 
 
 BLOCKED_S = 10.0
+MIN_SPEED_CHECKPOINTS = 4  # the Leaderboard 2.0 splits a route into this many stretches for its min-speed test
+MIN_SPEED_LAST = 0.95  # a route that ends past this share of its length has its last stretch judged
+
+
+@dataclass
+class MinSpeedBook:
+    """The Leaderboard 2.0's minimum-speed test of a route file (its ``MinimumSpeedRouteTest``): the
+    route in ``checkpoints`` equal stretches; over each, the ego's mean speed against the mean speed of
+    the background traffic, over the steps where there is any. Below 100 % it is an infraction that
+    carries the percentage (the Leaderboard's score scales by it, Bench2Drive's does not)."""
+
+    route_length: float
+    checkpoints: int = MIN_SPEED_CHECKPOINTS
+    judged: int = 0  # stretches judged so far
+    ego_sum: float = 0.0
+    traffic_sum: float = 0.0
+    points: int = 0
+
+    def update(self, t: float, progress: float, ego_speed: float, traffic_speed: float | None) -> list[Event]:
+        """One step: ``progress`` is metres of route covered, ``traffic_speed`` the background vehicles'
+        mean speed (None when there are none). Returns the infraction of a stretch the ego just left."""
+        if traffic_speed is not None:
+            self.ego_sum += ego_speed
+            self.traffic_sum += traffic_speed
+            self.points += 1
+        reached = min(int(progress / (self.route_length / self.checkpoints) + 1e-9), self.checkpoints)
+        return self._judge(t) if reached > self.judged else []
+
+    def close(self, t: float, progress: float) -> list[Event]:
+        """The route ended (blocked, deviated) before its last checkpoint: past ``MIN_SPEED_LAST`` of it,
+        the stretch under way is judged, as the Leaderboard judges a route that ends at about 99 %."""
+        if self.judged < self.checkpoints and progress > MIN_SPEED_LAST * self.route_length:
+            return self._judge(t)
+        return []
+
+    def _judge(self, t: float) -> list[Event]:
+        pct = round(100.0 * self.ego_sum / self.traffic_sum, 2) if self.points and self.traffic_sum > 0 else 100.0
+        self.judged += 1
+        self.ego_sum = self.traffic_sum = 0.0
+        self.points = 0
+        return [Event(EventKind.MIN_SPEED, t, percentage=pct)] if pct < 100.0 else []
 
 
 def is_wrong_way(ego_yaw: float, lane_yaw: float | None, speed: float) -> bool:

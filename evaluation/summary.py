@@ -141,8 +141,17 @@ def summarize(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[s
     if "routes" in meta:  # a route file's run: the routes that could not be made, the types not played
         out["routes"] = meta["routes"]
         out["by_ability"] = _by(done, _abilities)
+        # the Leaderboard 2.0's own Driving Score also scales by the min-speed infractions (Bench2Drive's
+        # and the headline ``suites.leaderboard`` do not)
+        out["driving_score_min_speed"] = _stat([_leaderboard(r, "score_min_speed") for r in done])
     out["provenance"] = {"git": meta.get("git"), "config": meta.get("config")}
     return out
+
+
+def _leaderboard(record: dict[str, Any], key: str) -> float:
+    """A leaderboard figure of an episode (records from before it existed: the score)."""
+    lb = record["suites"]["leaderboard"]
+    return float(lb.get(key, lb["score"]))
 
 
 def reward_vs_score(records: Sequence[dict[str, Any]], weights: dict[str, float] | None) -> dict[str, Any] | None:

@@ -189,6 +189,9 @@ def _eval(args: argparse.Namespace) -> int:
             f"{summary['success_rate']:.1f}% over {ep['total']}/{ep['expected']} episodes "
             f"({ep['agent_error']} agent errors, {ep['timeout']} timeouts, {ep['infra_error']} infra errors)"
         )
+    with_min_speed = summary.get("driving_score_min_speed") or {}
+    if with_min_speed.get("mean") is not None:
+        print(f"driving score with the min-speed infraction (Leaderboard 2.0): {with_min_speed['mean']:.1f}")
     print(f"summary: {out / 'summary.json'}\nreport:  {(out / 'report.html').resolve()}")
     return 130 if summary["interrupted"] else 0
 

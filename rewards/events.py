@@ -29,6 +29,10 @@ class EventKind(str, Enum):
     LANE_INVASION = "lane_invasion"  # CARLA's lane-invasion sensor (information only)
     INVALID_ACTION = "invalid_action"  # the agent's action was malformed; the episode ends
     TRIGGER = "trigger"  # a scripted actor's trigger fired (information only)
+    # route files (the Leaderboard 2.0's scenario tests)
+    SCENARIO_TIMEOUT = "scenario_timeout"  # not through a scenario within its time; its actors leave
+    YIELD_EMERGENCY_VEHICLE = "yield_emergency_vehicle"  # still ahead of the emergency vehicle when it ends
+    MIN_SPEED = "min_speed"  # slower than the traffic around over a stretch of the route (``percentage``)
 
     def __str__(self) -> str:
         return self.value
@@ -43,6 +47,9 @@ INFRACTIONS = frozenset(
         EventKind.WRONG_WAY,
         EventKind.ROUTE_DEVIATION,
         EventKind.AGENT_BLOCKED,
+        EventKind.SCENARIO_TIMEOUT,
+        EventKind.YIELD_EMERGENCY_VEHICLE,
+        EventKind.MIN_SPEED,
     }
 )
 # kinds that count as incidents for km-per-incident
@@ -69,6 +76,8 @@ class Event:
     signal: str | None = None  # red light: the signal's id
     lane: str | None = None  # wrong way: the lane driven against
     reason: str | None = None  # invalid action: what was wrong with it
+    scenario: str | None = None  # scenario timeout / yield: the route file's scenario element
+    percentage: float | None = None  # min speed: the ego's mean speed as % of the traffic's
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, EventKind):

@@ -5,10 +5,14 @@ score is on a 0-100 scale. Formulas and sources:
 
 - ``leaderboard`` (CARLA Leaderboard 2.0, also Bench2Drive): score = RC x IP. RC = route completion
   (%). IP starts at 1 and is multiplied per infraction: collision with a pedestrian 0.50, a vehicle
-  0.60, a static object 0.65, red light 0.70, stop sign 0.80, scenario timeout 0.70; driving outside
-  the route's lanes multiplies by (1 - pct / 100). With ``version="2.1"`` IP = 1 / (1 + sum w) with
-  w = pedestrian 1.0, vehicle 0.7, static 0.6, red light 0.4, stop sign 0.25, timeout 0.4.
-  Source: leaderboard.carla.org (scoring), Leaderboard 2.1 release notes.
+  0.60, a static object 0.65, red light 0.70, stop sign 0.80, scenario timeout 0.70, failure to yield
+  to an emergency vehicle 0.70; driving outside the route's lanes multiplies by (1 - pct / 100). With
+  ``version="2.1"`` IP = 1 / (1 + sum w) with w = pedestrian 1.0, vehicle 0.7, static 0.6, red light
+  0.4, stop sign 0.25, timeout 0.4, yield 0.4. The minimum-speed infraction (route files: the ego
+  slower than the traffic around it over a quarter of the route) multiplies by
+  1 - 0.3 (1 - pct / 100) in ``score_min_speed`` only: ``score`` leaves it out, as Bench2Drive does.
+  Source: leaderboard.carla.org (scoring), the leaderboard's statistics manager, Leaderboard 2.1
+  release notes.
 - ``pdms`` (NAVSIM v1 PDM score, here over the closed-loop episode):
   NC * DAC * (5 TTC + 5 EP + 2 C) / 12; NC = 0 after an at-fault collision with a vehicle or
   pedestrian, 0.5 with a static object, else 1; DAC = 0 if the ego left the drivable area; TTC = 0
@@ -17,7 +21,8 @@ score is on a 0-100 scale. Formulas and sources:
 - ``alpasim`` (AlpaSim scene score): 0 after an at-fault collision or off-road, else
   min(progress_rel / 0.8, 1). Source: NVlabs/alpasim evaluation.
 - ``comfort``: % of steps within all six nuPlan comfort bounds; ``success``: 100 if the route was
-  completed with no infraction; ``km_per_incident``: distance / incidents (inf without incidents).
+  completed with no infraction (a minimum-speed one aside, as Bench2Drive counts success);
+  ``km_per_incident``: distance / incidents (inf without incidents).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ LB20_COEFFICIENTS = {
     "red_light": 0.70,
     "stop_sign": 0.80,
     "scenario_timeout": 0.70,
+    "yield_emergency_vehicle": 0.70,
 }
 LB21_WEIGHTS = {
     "pedestrian": 1.0,
@@ -49,7 +55,9 @@ LB21_WEIGHTS = {
     "red_light": 0.4,
     "stop_sign": 0.25,
     "scenario_timeout": 0.4,
+    "yield_emergency_vehicle": 0.4,
 }
+MIN_SPEED_WEIGHT = 0.7  # the Leaderboard 2.0's min-speed factor at 0 % of the traffic's speed
 TTC_THRESHOLD = 0.95
 SUITES = ("leaderboard", "pdms", "alpasim", "comfort", "success")
 
@@ -62,7 +70,7 @@ class EpisodeLog:
     ego: Sequence[EgoState] = field(default_factory=list)
     route_length: float = 0.0  # metres from start to goal
     dt: float = 0.1
-    timed_out: bool = False  # the scenario ended before the route was done (not a failure of the ego)
+    timed_out: bool = False  # a bank scenario's time ran out with the ego standing (a scenario timeout)
     distance_outside_route_lanes: float = 0.0
 
     @property
@@ -84,12 +92,19 @@ class EpisodeLog:
             if e.kind is EventKind.COLLISION:
                 out.append({"type": f"collision_{e.actor_kind}", "t": e.t, "actor": e.actor, "at_fault": e.at_fault})
             elif e.kind in INFRACTIONS:
-                out.append({"type": e.kind.value, "t": e.t, **({"signal": e.signal} if e.signal is not None else {})})
+                details = {"signal": e.signal, "scenario": e.scenario, "percentage": e.percentage}
+                out.append({"type": e.kind.value, "t": e.t, **{k: v for k, v in details.items() if v is not None}})
         return out
 
     def count(self, kind: EventKind, **fields: Any) -> int:
         """Events of a kind (optionally with these field values, e.g. ``at_fault=True``)."""
         return sum(1 for e in self.events if e.matches(kind, **fields))
+
+
+# event kinds with a fixed penalty (collisions are counted by the actor's kind)
+_PENALISED = frozenset(
+    {EventKind.RED_LIGHT, EventKind.STOP_SIGN, EventKind.SCENARIO_TIMEOUT, EventKind.YIELD_EMERGENCY_VEHICLE}
+)
 
 
 def _collisions(events: Iterable[Event], at_fault_only: bool = False) -> list[Event]:
@@ -102,10 +117,10 @@ def leaderboard(log: EpisodeLog, version: str = "2.0") -> dict[str, float]:
     for e in _collisions(log.events):
         counts[e.actor_kind] = counts.get(e.actor_kind, 0) + 1
     for e in log.events:
-        if e.kind in (EventKind.RED_LIGHT, EventKind.STOP_SIGN):
+        if e.kind in _PENALISED:
             counts[e.kind.value] = counts.get(e.kind.value, 0) + 1
     if log.timed_out:
-        counts["scenario_timeout"] = 1
+        counts["scenario_timeout"] = counts.get("scenario_timeout", 0) + 1
     if version == "2.0":
         ip = math.prod(LB20_COEFFICIENTS[k] ** n for k, n in counts.items())
     elif version == "2.1":
@@ -117,6 +132,11 @@ def leaderboard(log: EpisodeLog, version: str = "2.0") -> dict[str, float]:
     rc = 100.0 * log.route_completion
     km = log.distance / 1000.0
     n_inf = sum(counts.values())
+    min_speed = math.prod(
+        1.0 - (1.0 - MIN_SPEED_WEIGHT) * (1.0 - min(e.percentage or 0.0, 100.0) / 100.0)
+        for e in log.events
+        if e.kind is EventKind.MIN_SPEED
+    )
     return {
         "score": rc * ip,
         "route_completion": rc,
@@ -124,6 +144,8 @@ def leaderboard(log: EpisodeLog, version: str = "2.0") -> dict[str, float]:
         "infractions": float(n_inf),
         "infractions_per_km": n_inf / km if km > 0 else 0.0,
         "outside_lanes_pct": outside_pct,
+        "min_speed_penalty": min_speed,
+        "score_min_speed": rc * ip * min_speed,
     }
 
 
@@ -159,9 +181,9 @@ def alpasim(log: EpisodeLog) -> dict[str, float]:
 
 
 def success(log: EpisodeLog) -> dict[str, float]:
-    """100 if the route was completed with no infraction at all, else 0."""
+    """100 if the route was completed with no infraction (but the minimum-speed one), else 0."""
     done = bool(log.count(EventKind.ROUTE_COMPLETE))
-    clean = not log.infractions()
+    clean = all(i["type"] == EventKind.MIN_SPEED.value for i in log.infractions())
     return {"score": 100.0 if done and clean else 0.0}
 
 

@@ -211,6 +211,32 @@ class ClearBackground(_Strict):
         return self
 
 
+class ScenarioWindow(_Strict):
+    """One played scenario element of a route file as the Leaderboard times and judges it. It begins when
+    the ego's route arc length reaches ``start`` (its trigger) and is over once the ego passes ``end``.
+    Not over within ``timeout_s`` (scenario_runner's ``ScenarioTimeout``): a scenario-timeout infraction,
+    and its ``actors`` (actor and flow ids) leave, as scenario_runner destroys them. With ``duration_s``
+    it ends that long after it began (the emergency vehicle drives for 12 s); if its
+    ``emergency_vehicle`` has not got past the ego by then, the ego failed to yield."""
+
+    name: str
+    type: str
+    start: float = Field(ge=0)
+    end: float | None = Field(default=None, gt=0)
+    timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    duration_s: float | None = Field(default=None, gt=0, le=3600)
+    actors: list[str] = Field(default_factory=list)
+    emergency_vehicle: str | None = None
+
+    @model_validator(mode="after")
+    def _sane(self) -> ScenarioWindow:
+        if self.end is not None and self.end <= self.start:
+            raise ValueError(f"end ({self.end}) must come after start ({self.start})")
+        if self.end is None and self.duration_s is None:
+            raise ValueError("a scenario window needs an end or a duration_s")
+        return self
+
+
 # --- ego, signals, success ------------------------------------------------------------------------
 class EgoSpec(_Strict):
     lane: str
@@ -230,6 +256,24 @@ class SignalPhase(_Strict):
 class SignalProgram(_Strict):
     phases: list[SignalPhase] = Field(min_length=1)
     offset: float = 0.0  # seconds into the cycle at t = 0
+
+
+class SignalHold(_Strict):
+    """From the moment the ego's route arc length reaches ``at``, the named signals run their ``phases``
+    once, then go back to their own programs; a hold also ends once the ego is past ``until``
+    (Bench2Drive's TrafficLightFreezer: a light set for the ego as it comes to a junction)."""
+
+    at: float = Field(ge=0)
+    until: float = Field(gt=0)
+    signals: dict[str, list[SignalPhase]] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _sane(self) -> SignalHold:
+        if self.until <= self.at:
+            raise ValueError(f"until ({self.until}) must come after at ({self.at})")
+        if any(not phases for phases in self.signals.values()):
+            raise ValueError("each held signal needs at least one phase")
+        return self
 
 
 class BackgroundTraffic(_Strict):
@@ -266,6 +310,11 @@ class Scenario(_Strict):
     flows: list[ActorFlow] = Field(default_factory=list, exclude_if=lambda v: not v)
     front_brakes: list[FrontBrake] = Field(default_factory=list, exclude_if=lambda v: not v)
     clear_background: list[ClearBackground] = Field(default_factory=list, exclude_if=lambda v: not v)
+    windows: list[ScenarioWindow] = Field(default_factory=list, exclude_if=lambda v: not v)
+    signal_holds: list[SignalHold] = Field(default_factory=list, exclude_if=lambda v: not v)
+    # "leaderboard": a route file's episode, judged by the Leaderboard's route tests (min speed; scenario
+    # timeouts from its windows rather than from standing when the scenario's time runs out)
+    rules: Literal["bank", "leaderboard"] = Field(default="bank", exclude_if=lambda v: v == "bank")
     duration_s: float = Field(default=30.0, gt=0, le=3600)  # an hour: the longest Leaderboard routes
     success: SuccessCriteria = Field(default_factory=SuccessCriteria)
     tags: list[str] = Field(default_factory=list)
@@ -279,6 +328,10 @@ class Scenario(_Strict):
             seen.add(a.id)
         if self.ego.route[0] != self.ego.lane:
             raise ValueError("ego.route must start with ego.lane")
+        for w in self.windows:
+            missing = [a for a in [*w.actors, *([w.emergency_vehicle] if w.emergency_vehicle else [])] if a not in seen]
+            if missing:
+                raise ValueError(f"scenario window {w.name!r} names actors that are not in the scenario: {missing}")
         return self
 
 

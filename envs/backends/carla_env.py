@@ -137,7 +137,7 @@ class CarlaDriveEnv(DriveEnv):
 
         route, first = run_with_retries(start, self.retry, reconnect=self._drop_session, restart=self.restart)
         self.setup = setup
-        self.world = CarlaEpisode(route, first)
+        self.world = CarlaEpisode(route, first, leaderboard_rules=scenario.rules == "leaderboard")
         self.pedals = PedalController(self.session.max_steer_rad)
         self.history.fill(*first.ego)
         self._frame = first

@@ -20,7 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from envs.episode_rules import RouteBook, StopLine, collision_event, is_wrong_way, pass_stop_lines
+from envs.episode_rules import (
+    LEADERBOARD_DEVIATION,
+    ROUTE_DEVIATION,
+    RouteBook,
+    StopLine,
+    collision_event,
+    is_wrong_way,
+    pass_stop_lines,
+)
 from envs.world.kernels import Boxes, ego_threat
 from envs.world.world import DT
 from rewards import EgoState, EpisodeLog
@@ -69,7 +77,7 @@ def actor_kind(type_id: str) -> str:
 class CarlaEpisode:
     """Route bookkeeping and events for one episode; ``advance`` once per 0.1 s."""
 
-    def __init__(self, route: np.ndarray, first: FrameData) -> None:
+    def __init__(self, route: np.ndarray, first: FrameData, leaderboard_rules: bool = False) -> None:
         route = np.asarray(route, float)
         if route.ndim != 2 or route.shape[1] != 2 or len(route) < 2:
             raise ValueError(f"a route must be [N >= 2, 2] points, got shape {route.shape}")
@@ -90,7 +98,9 @@ class CarlaEpisode:
         self.route_s_now, self.progress = self.start_s, self.start_s
         self.distance = 0.0
         self.offroad = False
-        self.route = RouteBook(goal_distance=self.goal_distance)
+        # a route file's episode ends at the Leaderboard's deviation and has no standing time-out
+        self.leaderboard_rules = leaderboard_rules
+        self.route = RouteBook(self.goal_distance, LEADERBOARD_DEVIATION if leaderboard_rules else ROUTE_DEVIATION)
         self.red_light_line: float | None = None
         self.accel = self.yaw_rate = 0.0
 
@@ -231,7 +241,7 @@ class CarlaEpisode:
             ego=list(ego),
             route_length=self.goal_distance,
             dt=DT,
-            timed_out=self.route.blocked,
+            timed_out=self.route.blocked and not self.leaderboard_rules,
             distance_outside_route_lanes=self.route.distance_outside_route_lanes,
         )
 

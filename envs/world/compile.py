@@ -66,6 +66,29 @@ class FlowPool:
     leave_at: float
 
 
+@dataclass(frozen=True)
+class WindowRows:
+    """A scenario window (``ScenarioWindow``) with its actors as rows and its flows as indices."""
+
+    name: str
+    start: float
+    end: float  # inf: over by time only
+    timeout_s: float  # inf: none
+    duration_s: float  # inf: none
+    rows: np.ndarray
+    flows: np.ndarray
+    emergency_vehicle: int  # row, -1: none
+
+
+@dataclass(frozen=True)
+class HoldRows:
+    """A ``SignalHold`` with its signals as indices: each one's phase ends (cumulative s) and states."""
+
+    at: float
+    until: float
+    signals: tuple[tuple[int, np.ndarray, np.ndarray], ...]
+
+
 @dataclass
 class CompiledScenario:
     scenario: Scenario
@@ -119,6 +142,9 @@ class CompiledScenario:
     idx_timed: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # static actors that leave in time
     front_brakes: tuple[tuple[float, float], ...] = ()  # (route arc length, metres ahead), in order
     clear_background: tuple[ClearBackground, ...] = ()
+    windows: tuple[WindowRows, ...] = ()
+    signal_holds: tuple[HoldRows, ...] = ()
+    leaderboard_rules: bool = False  # a route file's episode: the Leaderboard's min-speed test
     _held_states: tuple[float, float, np.ndarray] | None = field(default=None, repr=False)  # (from, until, states)
 
     def signal_states(self, t: float) -> np.ndarray:
@@ -431,6 +457,46 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
         ),
         front_brakes=tuple(sorted((b.at, b.ahead) for b in scn.front_brakes)),
         clear_background=tuple(scn.clear_background) if pools else (),
+        windows=_windows(scn, table.ids),
+        signal_holds=_holds(scn, sig_index),
+        leaderboard_rules=scn.rules == "leaderboard",
+    )
+
+
+def _holds(scn: Scenario, sig_index: dict[str, int]) -> tuple[HoldRows, ...]:
+    out = []
+    for hold in scn.signal_holds:
+        unknown = sorted(set(hold.signals) - set(sig_index))
+        if unknown:
+            raise ValueError(f"scenario {scn.id}: signal_holds name signals the map does not have: {unknown}")
+        rows = tuple(
+            (
+                sig_index[sid],
+                np.cumsum([p.duration for p in phases]),
+                np.array([SignalState[p.state.upper()] for p in phases], np.int8),
+            )
+            for sid, phases in sorted(hold.signals.items())
+        )
+        out.append(HoldRows(hold.at, hold.until, rows))
+    return tuple(out)
+
+
+def _windows(scn: Scenario, ids: list[str]) -> tuple[WindowRows, ...]:
+    row = {k: i for i, k in enumerate(ids)}
+    flow_index = {f.id: k for k, f in enumerate(scn.flows)}
+    inf = float("inf")
+    return tuple(
+        WindowRows(
+            w.name,
+            w.start,
+            inf if w.end is None else w.end,
+            inf if w.timeout_s is None else w.timeout_s,
+            inf if w.duration_s is None else w.duration_s,
+            np.array([row[a] for a in w.actors if a in row], int),
+            np.array([flow_index[a] for a in w.actors if a in flow_index], int),
+            row[w.emergency_vehicle] if w.emergency_vehicle else -1,
+        )
+        for w in sorted(scn.windows, key=lambda w: w.start)  # (the world opens them in this order)
     )
 
 

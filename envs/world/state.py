@@ -17,7 +17,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from envs.episode_rules import RouteBook
+from envs.episode_rules import MinSpeedBook, RouteBook
 
 
 class Kind(IntEnum):
@@ -140,6 +140,16 @@ class WorldState:
     brakes_done: int = 0  # front-brake events fired
     flow_last: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # each flow's newest vehicle (-1)
     flow_gap: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the gap before its next vehicle
+    # route files: the scenario windows (when each began, nan before; whether it is over), what they
+    # removed for good (actors, flows), and the min-speed test
+    window_t0: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    window_over: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    windows_begun: int = 0  # windows (in start order) the ego has reached
+    windows_open: list[int] = field(default_factory=list)  # begun and not over
+    gone: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    flow_gone: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    min_speed: MinSpeedBook | None = None
+    hold_t0: np.ndarray = field(default_factory=lambda: np.zeros(0))  # when each signal hold began (nan)
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
 
     def copy(self) -> WorldState:

@@ -14,7 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from envs.episode_rules import RouteBook, StopLine, collision_event, is_wrong_way, pass_stop_lines
+from envs.episode_rules import (
+    LEADERBOARD_DEVIATION,
+    ROUTE_DEVIATION,
+    MinSpeedBook,
+    RouteBook,
+    StopLine,
+    collision_event,
+    is_wrong_way,
+    pass_stop_lines,
+)
 from envs.world import kernels, traffic
 from envs.world.compile import ONCOMING_BEYOND, SPAWN_SPACING, CompiledScenario, compile_scenario
 from envs.world.lanegrid import JUNCTION, NONE
@@ -45,6 +54,7 @@ class World:
         self._background_walkers = np.concatenate(walking_pools) if walking_pools else np.zeros(0, int)
         driving_pools = [pool.rows for pool in self.compiled.background if not pool.walking]
         self._background_vehicles = np.concatenate(driving_pools) if driving_pools else np.zeros(0, int)
+        self._hold_at = np.array([h.at for h in self.compiled.signal_holds])
         self.reset(seed)
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -73,11 +83,17 @@ class World:
             progress=c.route_start,
             in_contact=np.zeros(n, bool),
             stop_done=np.zeros(len(c.route_stop_s), bool),
-            route=RouteBook(goal_distance=c.goal_distance),
+            route=RouteBook(c.goal_distance, LEADERBOARD_DEVIATION if c.leaderboard_rules else ROUTE_DEVIATION),
             rng=np.random.default_rng(seed),
             pending_triggers=int(self._has_trigger[1:].sum()),
             flow_last=np.full(len(c.flows), -1),
             flow_gap=np.zeros(len(c.flows)),
+            window_t0=np.full(len(c.windows), np.nan),
+            window_over=np.zeros(len(c.windows), bool),
+            gone=np.zeros(n, bool),
+            flow_gone=np.zeros(len(c.flows), bool),
+            min_speed=MinSpeedBook(c.goal_distance) if c.leaderboard_rules else None,
+            hold_t0=np.full(len(c.signal_holds), np.nan),
         )
         self.state.x[c.appear_order] = self.state.y[c.appear_order] = 1e6  # (placed when they appear)
         self.log = []
@@ -141,7 +157,21 @@ class World:
         return math.inf
 
     def signal_states(self) -> np.ndarray:
-        return self.compiled.signal_states(self.state.t)
+        """Every signal's state now: its program's, unless a signal hold the ego has set off runs it."""
+        st, c = self.state, self.compiled
+        states = c.signal_states(st.t)
+        if not len(c.signal_holds):
+            return states
+        live = [k for k, h in enumerate(c.signal_holds) if st.hold_t0[k] <= st.t and st.progress < h.until]
+        if live:
+            states = states.copy()
+            for k in live:
+                elapsed = st.t - st.hold_t0[k]
+                for sg, ends, held in c.signal_holds[k].signals:
+                    phase = int(np.searchsorted(ends, elapsed, side="right"))
+                    if phase < len(held):
+                        states[sg] = held[phase]
+        return states
 
     def ego_speed_limit(self) -> float:
         return self.state.speed_limit
@@ -172,7 +202,10 @@ class World:
         if not (math.isfinite(accel) and math.isfinite(steer)):
             raise ValueError(f"ego control must be finite, got accel={accel}, steer={steer}")
         st, c = self.state, self.compiled
-        sig = c.signal_states(st.t)
+        if len(c.signal_holds):
+            due = np.isnan(st.hold_t0) & (self._hold_at <= st.progress)
+            st.hold_t0[due] = st.t
+        sig = self.signal_states()
         if st.appeared < len(c.appear_s) or st.left < len(c.leave_s):
             self._appear_and_leave()
         if c.flows:
@@ -225,6 +258,9 @@ class World:
         st, c, init = self.state, self.compiled, self.compiled.init
         while st.appeared < len(c.appear_s) and c.appear_s[st.appeared] <= st.progress:
             i = int(c.appear_order[st.appeared])
+            if st.gone[i]:  # (its scenario timed out before it appeared)
+                st.appeared += 1
+                continue
             for key in ("x", "y", "yaw", "speed", "s", "d", "path_id"):
                 getattr(st, key)[i] = init[key][i]
             st.mode[i], st.accel[i], st.active[i], st.in_contact[i] = 0, 0.0, True, False
@@ -241,7 +277,7 @@ class World:
         st = self.state
         for k, flow in enumerate(self.compiled.flows):
             rows = flow.rows
-            live = flow.appear_at <= st.progress < flow.leave_at
+            live = flow.appear_at <= st.progress < flow.leave_at and not st.flow_gone[k]
             on = st.active[rows]
             if on.any():
                 out = rows[on & (st.s[rows] >= flow.end_s)] if live else rows[on]
@@ -533,8 +569,53 @@ class World:
         events += st.route.update(
             t, DT, st.progress - prev_progress, self.route_progress, st.lateral, ego[3], wrong, off_route, lane_id
         )
+        if len(c.windows):
+            events += self._scenario_windows(t)
+        if st.min_speed is not None:
+            events += self._min_speed(t, ego[3], events)
         self.log.extend(events)
         return events
+
+    def _scenario_windows(self, t: float) -> list[Event]:
+        """Route files: each scenario element begins when the ego reaches its trigger; one not over
+        within its time-out is a scenario-timeout infraction and its actors leave; one that lasts a set
+        time (the emergency vehicle's) ends then, and judges whether the ego let the vehicle by."""
+        st, c = self.state, self.compiled
+        while st.windows_begun < len(c.windows) and c.windows[st.windows_begun].start <= st.progress:
+            st.window_t0[st.windows_begun] = t
+            st.windows_open.append(st.windows_begun)
+            st.windows_begun += 1
+        events: list[Event] = []
+        for k in list(st.windows_open):
+            w = c.windows[k]
+            elapsed = t - st.window_t0[k]
+            if st.progress < w.end and elapsed < min(w.timeout_s, w.duration_s) - 1e-9:
+                continue
+            st.windows_open.remove(k)
+            st.window_over[k] = True
+            if st.progress >= w.end:
+                continue
+            if w.timeout_s < w.duration_s:
+                events.append(Event(EventKind.SCENARIO_TIMEOUT, t, scenario=w.name))
+            e = w.emergency_vehicle
+            if e >= 0 and st.active[e]:  # the ego still ahead of it along its heading: not let by
+                if math.cos(st.yaw[e]) * (st.x[0] - st.x[e]) + math.sin(st.yaw[e]) * (st.y[0] - st.y[e]) > 0:
+                    events.append(Event(EventKind.YIELD_EMERGENCY_VEHICLE, t, scenario=w.name))
+            rows = np.concatenate([w.rows, [e]]).astype(int) if e >= 0 else w.rows
+            st.gone[rows] = True
+            st.active[rows], st.x[rows], st.y[rows], st.speed[rows] = False, 1e6, 1e6, 0.0
+            st.flow_gone[w.flows] = True
+        return events
+
+    def _min_speed(self, t: float, ego_speed: float, events: list[Event]) -> list[Event]:
+        """Route files: the Leaderboard's minimum-speed test against the background traffic's mean speed."""
+        st, book = self.state, self.state.min_speed
+        rows = self._background_vehicles[st.active[self._background_vehicles]]
+        traffic = float(st.speed[rows].sum()) / len(rows) if len(rows) else None
+        out = book.update(t, self.route_progress, ego_speed, traffic)
+        if any(e.kind in (EventKind.AGENT_BLOCKED, EventKind.ROUTE_DEVIATION) for e in events):
+            out += book.close(t, self.route_progress)
+        return out
 
     def stats(self) -> dict[str, float]:
         return self.state.route.summary(self.state.t, self.state.distance, self.route_progress, self.route_completion)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scenarios.leaderboard import crossings, flows, junctions, obstacles, vehicles  # noqa: F401  (registers)
+from scenarios.leaderboard import bench2drive, crossings, flows, junctions, obstacles, vehicles  # noqa: F401
 from scenarios.leaderboard.base import TYPES, BadParameter, NotPlaced, Placed, Played, RouteFrame, ScenarioType
+from scenarios.leaderboard.bench2drive import DRIVE_THROUGH
 from scenarios.maps import RoadMap
 
 # Leaderboard 2.0's types that are not played yet, with why (listed so reports can say so)
@@ -20,6 +21,49 @@ NOT_PLAYED = {
 }
 # Bench2Drive's ability groups of the Leaderboard types (the Bench2Drive paper's grouping)
 GROUPS = ("Merging", "Overtaking", "Emergency Brake", "Give Way", "Traffic Sign")
+# scenario_runner's ScenarioTimeout: seconds from the trigger for the types that can hold the ego up
+# (obstacles to pass, flows to cross or join, a blocked exit); the quick events (cut-ins, crossings,
+# hard brakes) have none
+TIMEOUTS = {
+    **dict.fromkeys(
+        (
+            "Accident",
+            "AccidentTwoWays",
+            "ConstructionObstacle",
+            "ConstructionObstacleTwoWays",
+            "ParkedObstacle",
+            "ParkedObstacleTwoWays",
+            "HazardAtSideLane",
+            "HazardAtSideLaneTwoWays",
+            "VehicleOpensDoorTwoWays",
+            "InvadingTurn",
+            "BlockedIntersection",
+            "EnterActorFlow",
+            "EnterActorFlowV2",
+            "InterurbanActorFlow",
+            "InterurbanAdvancedActorFlow",
+            "HighwayExit",
+            "MergerIntoSlowTraffic",
+            "MergerIntoSlowTrafficV2",
+            "CrossingBicycleFlow",
+            "T_Junction",  # (Bench2Drive's)
+            "SequentialLaneChange",
+            "SignalizedJunctionLeftTurnEnterFlow",
+            "NonSignalizedJunctionLeftTurnEnterFlow",
+        ),
+        240.0,
+    ),
+    **dict.fromkeys(
+        (
+            "SignalizedJunctionLeftTurn",
+            "SignalizedJunctionRightTurn",
+            "NonSignalizedJunctionLeftTurn",
+            "NonSignalizedJunctionRightTurn",
+        ),
+        180.0,
+    ),
+}
+EMERGENCY_DRIVE_S = 12.0  # the emergency vehicle drives this long, then the test: did it get past the ego?
 
 
 @dataclass
@@ -57,9 +101,25 @@ def play(lanes: list[str], road_map: RoadMap, scenarios: list[tuple[str, str, di
         out.played.front_brakes += part.front_brakes
         out.played.clear_background += part.clear_background
         out.played.signals.update(part.signals)
+        out.played.windows += _windows(placed, part)
+        out.played.signal_holds += part.signal_holds
         out.types.append(kind)
     out.unsupported = sorted(unknown)
     return out
+
+
+def _windows(sc: Placed, part: Played) -> list[dict]:
+    """The element's ``ScenarioWindow``: timed out after ``TIMEOUTS`` unless the ego is past its actors
+    by then; the emergency vehicle's ends after ``EMERGENCY_DRIVE_S``."""
+    ids = [a["id"] for a in [*part.actors, *part.flows]]
+    window = {"name": sc.name, "type": sc.type, "start": round(sc.s, 2), "actors": ids}
+    if sc.type == "YieldToEmergencyVehicle":
+        return [window | {"duration_s": EMERGENCY_DRIVE_S, "emergency_vehicle": sc.id("emergency")}]
+    if sc.type not in TIMEOUTS:
+        return []
+    ends = [x["leave_at"] for x in [*part.actors, *part.flows, *part.clear_background] if x.get("leave_at")]
+    end = max(ends, default=sc.s + DRIVE_THROUGH)  # (no actors: the route itself is the test)
+    return [window | {"end": round(max(end, sc.s + 1.0), 2), "timeout_s": TIMEOUTS[sc.type]}]
 
 
 __all__ = [
@@ -76,12 +136,17 @@ __all__ = [
 
 
 def types_table() -> str:
-    """The README's table of the Leaderboard 2.0 types: played or not, what is played, what differs."""
-    rows = ["| type | played | ability group | what happens | approximated |", "|---|---|---|---|---|"]
+    """The README's table of the Leaderboard 2.0 types: played or not, the scenario time-out, what is
+    played, what differs."""
+    rows = [
+        "| type | played | ability group | time-out | what happens | approximated |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in sorted([*TYPES, *NOT_PLAYED]):
         if name in TYPES:
             t = TYPES[name]
-            rows.append(f"| {name} | yes | {t.group} | {t.behaviour} | {t.approximated or '-'} |")
+            timeout = f"{TIMEOUTS[name]:.0f} s" if name in TIMEOUTS else "-"
+            rows.append(f"| {name} | yes | {t.group} | {timeout} | {t.behaviour} | {t.approximated or '-'} |")
         else:
-            rows.append(f"| {name} | **no** | - | - | {NOT_PLAYED[name]} |")
+            rows.append(f"| {name} | **no** | - | - | - | {NOT_PLAYED[name]} |")
     return "\n".join(rows)

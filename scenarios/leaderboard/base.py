@@ -35,14 +35,16 @@ class BadParameter(ValueError):
 @dataclass
 class Played:
     """What a scenario adds to its route: actors (``ActorSpec`` data), flows, front-brake events,
-    stretches kept clear of background traffic, and signal programs (by signal id) that replace the
-    route's plan at one junction."""
+    stretches kept clear of background traffic, signal programs (by signal id) that replace the
+    route's plan at one junction, and the windows in which the Leaderboard times and judges it."""
 
     actors: list[dict] = field(default_factory=list)
     flows: list[dict] = field(default_factory=list)
     front_brakes: list[dict] = field(default_factory=list)
     clear_background: list[dict] = field(default_factory=list)
     signals: dict[str, dict] = field(default_factory=dict)
+    windows: list[dict] = field(default_factory=list)  # ``ScenarioWindow`` data (``play`` adds them)
+    signal_holds: list[dict] = field(default_factory=list)  # ``SignalHold`` data: lights set as the ego comes
 
 
 @dataclass(frozen=True)

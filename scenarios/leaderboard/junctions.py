@@ -86,7 +86,22 @@ def _turn_flow(route: RouteFrame, sc: Placed, bearing: float, signalized: bool) 
         raise NotPlaced(f"no straight movement through junction {j.id} from that side")
     speed = sc.value("flow_speed", 10.0, 1.0, 40.0)
     gap = sc.interval("source_dist_interval", (20.0, 50.0))
-    path, s0 = j.path_through(lanes[0], SOURCE_TIME * speed, SINK_TIME * speed + 20.0)
+    return junction_flow(j, sc, lanes[0], speed, gap, (SOURCE_TIME * speed, SINK_TIME * speed + 20.0), signalized)
+
+
+def junction_flow(
+    j: Junction,
+    sc: Placed,
+    lane: Lane,
+    speed: float,
+    gap: tuple[float, float],
+    reach: tuple[float, float],
+    signalized: bool,
+) -> Played:
+    """A flow through junction lane ``lane`` from ``reach[0]`` m before it to ``reach[1]`` m after, while
+    the ego is between the trigger and 20 m past the junction; with ``signalized``, the junction's lights
+    held: the ego's and the flow's green, the rest red."""
+    path, s0 = j.path_through(lane, *reach)
     played = Played(
         flows=[
             {
@@ -103,7 +118,7 @@ def _turn_flow(route: RouteFrame, sc: Placed, bearing: float, signalized: bool) 
         mine, every = j.signals()
         if not mine:
             raise NotPlaced(f"junction {j.id} has no light for the ego's lane")
-        theirs = {sid for sid, sig in route.road_map.signals.items() if set(path) & set(sig.lanes)}
+        theirs = {sid for sid, sig in j.route.road_map.signals.items() if set(path) & set(sig.lanes)}
         played.signals = {sid: (GREEN if sid in mine | theirs else RED) for sid in every}
     return played
 

@@ -21,6 +21,7 @@ from scenarios.leaderboard.crossings import nearest_lane
 from scenarios.towns import route_between
 
 END_DISTANCE = 50.0
+EMERGENCY_EXTRA_SPEED = 15.0  # m/s over the traffic's speed (scenario_runner: over the ego's)
 
 
 def _cut_in(
@@ -139,28 +140,29 @@ def hard_break_route(route: RouteFrame, sc: Placed) -> Played:
 
 @scenario_type(
     "YieldToEmergencyVehicle",
-    "an emergency vehicle comes up from `distance` m behind at 1.5x the lane's limit; the ego should move "
-    "to another lane to let it by",
-    "the failure-to-yield infraction is not scored; the vehicle drives IDM behind the ego if not let by",
+    "an emergency vehicle comes up from `distance` m behind the trigger, 15 m/s faster than the traffic, "
+    "and drives for 12 s; the ego should move to another lane to let it by (failing to: an infraction)",
+    "its speed is the lane's limit + 15 m/s (scenario_runner: the ego's speed + 15 m/s); it drives IDM and "
+    "stays behind the ego if not let by",
     "Give Way",
 )
 def yield_to_emergency_vehicle(route: RouteFrame, sc: Placed) -> Played:
-    distance = sc.value("distance", 140.0, 10.0, 1000.0)
+    distance = sc.value("distance", 15.0, 5.0, 1000.0)
     behind = sc.s - distance
     if behind < 0:
         raise NotPlaced(
             f"the trigger lies {sc.s:.0f} m along the route's lanes, less than the {distance:.0f} m needed behind"
         )
     lane, s_on = route.lane_at(behind)
-    speed = min(1.5 * lane.speed_limit, 30.0)
+    speed = min(lane.speed_limit + EMERGENCY_EXTRA_SPEED, 55.0)
     return Played(
         actors=[
             {
                 "id": sc.id("emergency"),
                 "lane": lane.id,
                 "s": round(s_on, 2),
-                "speed": round(speed * 0.8, 2),
-                "path": route.lanes_from(behind, distance + 400.0),
+                "speed": round(speed, 2),
+                "path": route.lanes_from(behind, distance + 600.0),
                 "length": 5.5,
                 "width": 2.1,
                 "height": 2.3,
@@ -169,8 +171,9 @@ def yield_to_emergency_vehicle(route: RouteFrame, sc: Placed) -> Played:
                     "desired_speed": round(speed, 2),
                     "reacts_to_signals": False,
                     "time_headway": 0.8,
+                    "max_accel": 4.0,
                 },
-                **stretch(sc.s, sc.s + 400.0),
+                **stretch(sc.s, sc.s + 600.0),
             }
         ]
     )

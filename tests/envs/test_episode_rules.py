@@ -10,6 +10,7 @@ import pytest
 from envs.episode_rules import (
     ROUTE_DEVIATION,
     WRONG_WAY_DISTANCE,
+    MinSpeedBook,
     RouteBook,
     StopLine,
     collision_event,
@@ -77,3 +78,29 @@ def test_standing_still_for_180_s_ends_the_route_as_the_leaderboard_does():
     blocked = [e for e in events if e.kind is EventKind.AGENT_BLOCKED]
     assert len(blocked) == 1 and blocked[0].t == pytest.approx(10.0 + 180.0 - 0.1, abs=0.11)
     assert is_terminal(blocked, terminate_on_collision=True)
+
+
+def test_the_min_speed_test_judges_each_quarter_against_the_traffic():
+    book = MinSpeedBook(route_length=400.0)
+    events = []
+    for k in range(100):  # quarter 1 at 5 m/s in 10 m/s traffic, where there is traffic
+        events += book.update(0.1 * k, 0.99 * k, 5.0, 10.0 if k % 2 else None)
+    events += book.update(10.0, 100.0, 5.0, 10.0)
+    assert [e.percentage for e in events] == [50.0] and events[0].kind == EventKind.MIN_SPEED
+    for k in range(100):  # quarter 2 as fast as the traffic: no infraction; quarter 3 with no traffic: none
+        events += book.update(11 + 0.1 * k, 100.0 + k, 10.0, 10.0)
+    events += book.update(30.0, 250.0, 1.0, None) + book.update(31.0, 300.0, 1.0, None)
+    assert len(events) == 1 and book.judged == 3
+    events += book.update(32.0, 350.0, 3.0, 4.0)
+    assert book.close(33.0, 370.0) == []  # ends short of 95 %: the last quarter is not judged
+    judged = book.close(34.0, 390.0)  # past 95 %: judged as it stands
+    assert [e.percentage for e in judged] == [75.0] and book.judged == 4 and book.close(35.0, 399.0) == []
+
+
+def test_a_route_file_ends_on_the_leaderboards_30_m_deviation():
+    from envs.episode_rules import LEADERBOARD_DEVIATION
+
+    for deviation, ends_at in ((ROUTE_DEVIATION, 20.0), (LEADERBOARD_DEVIATION, 31.0)):
+        book = RouteBook(goal_distance=500.0, deviation=deviation)
+        ended = [lat for lat in (11.0, 20.0, 29.0, 31.0) if book.update(0.0, 0.1, 0.0, 0.0, lat, 5.0, False, False)]
+        assert ended == [ends_at]

@@ -183,3 +183,38 @@ def test_traffic_gives_the_ego_its_turn_unless_it_stands(tmp_path, ego_speed):
         assert min(gaps) > 4.0 and speeds.min() < 4.0  # it let the ego through (6.7 m/s without the rules)
     else:
         assert speeds[-20:].min() > 3.0 and world.state.s[1] > arm + 20.0  # it went on
+
+
+def test_a_signal_hold_sets_the_lights_as_the_ego_comes_and_hands_them_back(tmp_path):
+    b = MapBuilder()
+    roads = junction(b, ["E", "N", "W", "S"], 1, 120.0, 13.9, crosswalks=False)
+    b.signal("LE", [roads["E"].bwd[0]])
+    b.signal("LS", [roads["S"].bwd[0]])
+    road_map = b.build()
+    scn = _scenario(tmp_path, road_map, [])
+    hold = {
+        "at": 15.0,  # 5 m after the ego's start
+        "until": 1000.0,
+        "signals": {
+            "LE": [{"state": "red", "duration": 5.0}, {"state": "green", "duration": 3.0}],
+            "LS": [{"state": "red", "duration": 8.0}],
+        },
+    }
+    world = World(scn.model_validate(scn.model_dump() | {"signal_holds": [hold]}))
+    le, ls = (world.compiled.signal_ids.index(k) for k in ("LE", "LS"))
+    seen = []
+    for _ in range(160):  # 2 m/s^2 from rest: the ego reaches +5 m after about 2.2 s
+        world.step(2.0 if world.state.speed[0] < 3.0 else 0.0, 0.0)
+        sig = world.signal_states()
+        seen.append((round(world.t, 1), int(sig[le]), int(sig[ls])))
+    before = [s for s in seen if s[0] < 2.0]
+    assert all(e == 0 and s == 0 for _, e, s in before)  # the map's own program (green) before the ego comes
+    started = next(t for t, e, _ in seen if e == 2)
+    assert 2.0 <= started <= 3.0
+    at = dict((t, (e, s)) for t, e, s in seen)
+    assert at[round(started + 4.0, 1)] == (2, 2) and at[round(started + 6.0, 1)] == (0, 2)
+    assert at[round(started + 9.0, 1)] == (0, 0)  # both holds over: back to the program
+    with pytest.raises(ValueError, match="signal_holds name signals the map does not have"):
+        World(
+            scn.model_validate(scn.model_dump() | {"signal_holds": [hold | {"signals": {"X": hold["signals"]["LE"]}}]})
+        )

@@ -175,3 +175,72 @@ def test_a_vehicle_facing_the_ego_in_its_lane_stops_well_short_of_it(empty_strai
     gap = float(np.hypot(st.x[i] - st.x[0], st.y[i] - st.y[0])) - (w.compiled.actors.length[[0, i]].sum()) / 2
     assert st.speed[i] < 0.1 and gap >= 8.0  # room for the ego to pull back in (not IDM's 2 m)
     assert not [e for e in w.log if e.kind == "collision"]
+
+
+def _window_scenario(empty_straight, blocked: bool = True, **window):
+    """A parked car in the ego's lane 60 m on (``blocked``), a flow on the lane, an actor that appears
+    later, and a window of them."""
+    ego = empty_straight.ego
+    blocker = {"id": "blocker", "lane": ego.lane, "s": ego.s + 60, "behaviour": {"type": "static"}}
+    later = {"id": "later", "lane": ego.lane, "s": ego.s + 200, "lateral": 3.0, "behaviour": {"type": "static"}}
+    flow = {"id": "flow", "path": [ego.lane], "s": ego.s + 100, "end_s": 290.0, "speed": 8.0, "gap": [20.0, 30.0]}
+    ids = ["blocker", "later", "flow"] if blocked else ["later", "flow"]
+    spec = {"name": "Parked_1", "type": "ParkedObstacle", "start": ego.s + 10, "actors": ids}
+    return _with(
+        empty_straight,
+        actors=[blocker] * blocked + [later | {"appear_at": ego.s + 150, "leave_at": ego.s + 260}],
+        flows=[flow | {"appear_at": 0.0, "leave_at": ego.s + 300}],
+        windows=[spec | window],
+        rules="leaderboard",
+    )
+
+
+def _until(stop: float):
+    """Drive the route at 8 m/s and stand once the route arc length reaches ``stop``."""
+    return lambda w: route_plan(w, 8.0 if w.state.progress < stop else 0.0)
+
+
+def test_a_scenario_not_passed_in_time_is_a_timeout_and_its_actors_leave_for_good(empty_straight):
+    s0 = empty_straight.ego.s
+    w = World(_window_scenario(empty_straight, end=s0 + 90, timeout_s=20.0))
+    blocker, later = w.compiled.actors.index("blocker"), w.compiled.actors.index("later")
+    flow_rows = w.compiled.flows[0].rows
+    events = drive_world(w, _until(s0 + 45), 15.0)  # waiting behind the parked car
+    assert w.state.active[blocker] and w.state.active[flow_rows].any()
+    assert not [e for e in events if e.kind == "scenario_timeout"]
+    events = drive_world(w, _until(s0 + 45), 10.0)  # 20 s since the ego passed the trigger at +10 m
+    timeouts = [e for e in events if e.kind == "scenario_timeout"]
+    assert len(timeouts) == 1 and timeouts[0].scenario == "Parked_1"
+    assert not w.state.active[blocker] and not w.state.active[flow_rows].any()
+    drive_world(w, _until(1e9), 25.0)  # the way is free; the later actor never appears, nor the flow
+    assert w.state.progress > s0 + 160 and not w.state.active[later] and not w.state.active[flow_rows].any()
+    assert not [e for e in w.log if e.kind == "collision"]
+
+
+def test_a_scenario_passed_in_time_is_no_timeout(empty_straight):
+    s0 = empty_straight.ego.s
+    w = World(_window_scenario(empty_straight, blocked=False, end=s0 + 90, timeout_s=20.0))
+    events = drive_world(w, _until(1e9), 30.0)
+    assert w.state.progress > s0 + 90 and w.state.window_over.all()
+    assert not [e for e in events if e.kind == "scenario_timeout"]
+
+
+def test_the_ego_fails_to_yield_when_the_emergency_vehicle_is_still_behind_it(empty_straight):
+    ego = empty_straight.ego
+    for gap, fails in ((-20.0, True), (40.0, False)):  # the vehicle behind the ego / already ahead of it
+        ev = {"id": "ev", "lane": ego.lane, "s": ego.s + gap, "behaviour": {"type": "static"}}
+        window = {"name": "EV_1", "type": "YieldToEmergencyVehicle", "start": ego.s, "duration_s": 3.0}
+        scn = _with(empty_straight, actors=[ev], windows=[window | {"actors": ["ev"], "emergency_vehicle": "ev"}])
+        w = World(scn)
+        events = drive_world(w, lambda w: route_plan(w, 2.0), 5.0)
+        yields = [e for e in events if e.kind == "yield_emergency_vehicle"]
+        assert len(yields) == int(fails) and not [e for e in events if e.kind == "scenario_timeout"]
+        assert not w.state.active[w.compiled.actors.index("ev")]  # it leaves when its time is up
+
+
+def test_a_window_naming_an_actor_the_scenario_lacks_is_refused(empty_straight):
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="not in the scenario"):
+        _with(empty_straight, windows=[{"name": "X", "type": "Accident", "start": 1.0, "end": 9.0, "actors": ["nope"]}])

@@ -61,6 +61,29 @@ def test_leaderboard_21_and_outside_lanes():
         leaderboard(log, "3.0")
 
 
+def test_the_leaderboards_scenario_tests_and_the_min_speed_factor():
+    timeout = Event(EventKind.SCENARIO_TIMEOUT, 3.0, scenario="Accident_1")
+    ev = Event(EventKind.YIELD_EMERGENCY_VEHICLE, 4.0, scenario="EV_1")
+    slow = [Event(EventKind.MIN_SPEED, 5.0, percentage=50.0), Event(EventKind.MIN_SPEED, 9.0, percentage=80.0)]
+    log = EpisodeLog([collision("vehicle"), timeout, ev, *slow], track(1.0), 100.0)
+    lb = leaderboard(log)
+    assert lb["infraction_penalty"] == pytest.approx(0.6 * 0.7 * 0.7)  # min speed is not in ``score``
+    assert lb["score"] == pytest.approx(100 * 0.6 * 0.7 * 0.7)
+    assert lb["min_speed_penalty"] == pytest.approx((1 - 0.3 * 0.5) * (1 - 0.3 * 0.2))
+    assert lb["score_min_speed"] == pytest.approx(lb["score"] * 0.85 * 0.94)
+    assert leaderboard(log, "2.1")["infraction_penalty"] == pytest.approx(1 / (1 + 0.7 + 0.4 + 0.4))
+    # a bank scenario's standing time-out and a route file's timeout events add up
+    assert leaderboard(EpisodeLog([timeout], track(1.0), 100.0, timed_out=True))["infraction_penalty"] == pytest.approx(
+        0.49
+    )
+    # success is Bench2Drive's: a min-speed infraction aside, none
+    done = Event(EventKind.ROUTE_COMPLETE, 9.9)
+    assert success(EpisodeLog([done, *slow], track(1.0), 100.0))["score"] == 100.0
+    assert success(EpisodeLog([done, ev], track(1.0), 100.0))["score"] == 0.0
+    kinds = [i["type"] for i in EpisodeLog([timeout, ev, *slow], track(1.0), 100.0).infractions()]
+    assert kinds == ["scenario_timeout", "yield_emergency_vehicle", "min_speed", "min_speed"]
+
+
 def test_pdms_sub_scores():
     clean = EpisodeLog([Event(EventKind.ROUTE_COMPLETE, 4.0)], track(1.0), 100.0)
     assert pdms(clean)["score"] == pytest.approx(100.0)
