@@ -1,8 +1,10 @@
-"""The Leaderboard 2.0 scenario types on the embedded world (see ``base`` for how a type is built).
+"""The Leaderboard 2.0 scenario types, and Bench2Drive's own, on the embedded world (see ``base`` for
+how a type is built).
 
 ``play(route_lanes, road_map, scenarios, where)`` turns a planned route's scenario elements into the
-actors, flows, front-brake events and signal programs of its embedded-world scenario, and says which
-elements it played, which it skipped (and why) and which types it does not know.
+actors, flows, front-brake events, signal programs and holds of its embedded-world scenario, and the
+windows in which the Leaderboard times and judges each (``TIMEOUTS``, the emergency vehicle's test),
+and says which elements it played, which it skipped (and why) and which types it does not know.
 """
 
 from __future__ import annotations
@@ -136,8 +138,8 @@ __all__ = [
 
 
 def types_table() -> str:
-    """The README's table of the Leaderboard 2.0 types: played or not, the scenario time-out, what is
-    played, what differs."""
+    """The README's table of the Leaderboard 2.0 and Bench2Drive types: played or not, the scenario
+    time-out, what is played, what differs."""
     rows = [
         "| type | played | ability group | time-out | what happens | approximated |",
         "|---|---|---|---|---|---|",

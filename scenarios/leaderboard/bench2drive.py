@@ -11,6 +11,7 @@ from scenarios.leaderboard.base import NotPlaced, Placed, Played, RouteFrame, sc
 from scenarios.leaderboard.junctions import Junction, junction_flow
 
 FREEZE_S = 5.0  # seconds each light setting of a Vanilla turn lasts (Bench2Drive's green_light_delay)
+HELD_S = 300.0  # a green held for the ego: the hold ends first, once the ego is through the junction
 DRIVE_THROUGH = 200.0  # metres T_Junction and SequentialLaneChange ask the ego to drive within their time-out
 
 
@@ -25,7 +26,7 @@ def _junction_turn(route: RouteFrame, sc: Placed, lights: tuple[str, str] | None
     if not mine:
         raise NotPlaced(f"junction {j.id} has no light for the ego's lane")
     first, then = lights
-    then_s = 5.0 if then == "red" else 300.0
+    then_s = FREEZE_S if then == "red" else HELD_S
     phases = {
         sid: [{"state": first, "duration": FREEZE_S}, {"state": then, "duration": then_s}]
         if sid in mine
