@@ -30,7 +30,7 @@ def _junction_turn(route: RouteFrame, sc: Placed, lights: tuple[str, str] | None
     phases = {
         sid: [{"state": first, "duration": FREEZE_S}, {"state": then, "duration": then_s}]
         if sid in mine
-        else [{"state": "red", "duration": FREEZE_S + then_s}]
+        else [{"state": "red", "duration": FREEZE_S}, {"state": "red", "duration": then_s}]
         for sid in sorted(every)
     }
     return Played(signal_holds=[{"at": round(sc.s, 2), "until": round(j.exit_s + 10.0, 2), "signals": phases}])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from pathlib import Path
 
@@ -186,3 +187,53 @@ def test_loopdrive_eval_runs_a_route_file_and_resumes(tmp_path):
     assert "Routes, worst first" in page and page.count('data-figure="bev"') == 1
     assert "Route file: scenarios and abilities" in page and "Overtaking" in page and "DS with min speed" in page
     assert "stroke-dasharray" in page  # the planned route, drawn on its town under the path driven
+
+
+def test_a_bench2drive_style_route_sets_the_egos_light_red_then_green_and_the_expert_waits(tmp_path):
+    """Bench2Drive's own types from a file this test writes (its files are the user's copy only): the
+    ego's light set red as it comes to the junction, then green; the expert stops for it and goes on."""
+    from evaluation import EvalConfig, evaluate
+    from scenarios.leaderboard.base import RouteFrame
+    from scenarios.opendrive.cache import load_map
+
+    r = read_routes(ROUTES / "lb1_routes_training_town01_04_06.xml", ["0"])[0]
+    town = load_map(TOWNS / "Town01.xodr.gz")[0]
+    frame = RouteFrame(town, plan_route(r, town).lanes)
+    entry = frame.junction_after(200.0)[0]
+    near = frame.pose(entry - 25.0)  # 25 m before the second junction with lights
+    points = "".join(f'<waypoint x="{p.x}" y="{p.y}" z="0" yaw="{math.degrees(p.yaw)}"/>' for p in r.keypoints)
+
+    def run(kind: str) -> dict:
+        at = f'<trigger_point x="{near[0]}" y="{near[1]}" z="0"/>'
+        t = f'<trigger_point x="{r.keypoints[1].x}" y="{r.keypoints[1].y}" z="0"/>'
+        elements = (
+            f'<scenario name="J_1" type="{kind}">{at}</scenario><scenario name="T_1" type="T_Junction">{t}</scenario>'
+        )
+        (tmp_path / f"{kind}.xml").write_text(
+            f'<routes><route id="0" town="Town01">{points}<scenarios>{elements}</scenarios></route></routes>'
+        )
+        config = EvalConfig(
+            routes=str(tmp_path / f"{kind}.xml"), agent="expert", rigs=["front_only"], camera_size=(32, 64)
+        )
+        return evaluate(config, tmp_path / kind, progress=False, write_report=False)
+
+    red, plain = run("VanillaSignalizedTurnEncounterRedLight"), run("VanillaNonSignalizedTurn")
+    assert red["routes"]["scenarios_played"] == {"T_Junction": 1, "VanillaSignalizedTurnEncounterRedLight": 1}
+    assert not red["routes"]["scenario_types_unsupported"] and not red["routes"]["scenarios_skipped"]
+    for summary in (red, plain):
+        assert summary["success_rate"] == 100.0 and "red_light" not in summary["infractions"]
+    assert set(red["by_ability"]) == {"Traffic Sign"}
+
+    def stopped_then_went(kind: str) -> bool:
+        """Whether the ego, passing the trigger, slowed below 1 m/s and was going again (over 2 m/s)
+        within 6 s (its 0.5 s trace)."""
+        record = json.loads((tmp_path / kind / "episodes.jsonl").read_text().splitlines()[-1])
+        trace = np.array(record["trace"])
+        k = int(np.argmin(np.hypot(*(trace - np.array(near[:2])).T)))
+        speed = np.hypot(*np.diff(trace[k : k + 30], axis=0).T) / 0.5
+        slowest = int(np.argmin(speed[:15]))
+        return bool(speed[slowest] < 1.0 and (speed[slowest : slowest + 12] > 2.0).any())
+
+    # red for 5 s as it came, then green: it stops and goes; under the town's own program it waits longer
+    assert stopped_then_went("VanillaSignalizedTurnEncounterRedLight")
+    assert not stopped_then_went("VanillaNonSignalizedTurn")
