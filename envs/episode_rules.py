@@ -111,6 +111,7 @@ class RouteBook:
 
     goal_distance: float
     deviation: float = ROUTE_DEVIATION  # metres off the route that end it
+    leaderboard_rules: bool = False  # a route file's episode (the Leaderboard's deviation, no standing time-out)
     wrong_way: bool = False
     off_route_lanes: bool = False
     wrong_way_run: float = 0.0  # metres driven against the lane since entering it
@@ -120,6 +121,12 @@ class RouteBook:
     agent_blocked: bool = False
     route_completed: bool = False
     time_stopped: float = 0.0
+
+    @classmethod
+    def for_route(cls, goal_distance: float, leaderboard_rules: bool) -> RouteBook:
+        """The book of a bank scenario's route, or of a route file's (``leaderboard_rules``)."""
+        deviation = LEADERBOARD_DEVIATION if leaderboard_rules else ROUTE_DEVIATION
+        return cls(goal_distance, deviation, leaderboard_rules)
 
     def update(
         self,
@@ -174,6 +181,12 @@ class RouteBook:
     def blocked(self) -> bool:
         """Standing still for 10 s before the route is done: the scenario timed out on the ego."""
         return self.time_stopped >= BLOCKED_S and not self.route_completed
+
+    @property
+    def timed_out(self) -> bool:
+        """A bank scenario's time out (standing when its time runs out counts as a scenario time-out);
+        a route file has the Leaderboard's scenario time-outs as events instead."""
+        return self.blocked and not self.leaderboard_rules
 
 
 BLOCKED_S = 10.0

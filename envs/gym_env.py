@@ -226,8 +226,7 @@ class LoopDriveEnv(DriveEnv):
             ego=list(self._ego_track),
             route_length=w.compiled.goal_distance,
             dt=DT,
-            # (a bank scenario's time out; route files have the Leaderboard's scenario time-outs as events)
-            timed_out=w.state.route.blocked and not w.compiled.leaderboard_rules,
+            timed_out=w.state.route.timed_out,
             distance_outside_route_lanes=w.state.route.distance_outside_route_lanes,
         )
 

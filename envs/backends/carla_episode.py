@@ -20,15 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.episode_rules import (
-    LEADERBOARD_DEVIATION,
-    ROUTE_DEVIATION,
-    RouteBook,
-    StopLine,
-    collision_event,
-    is_wrong_way,
-    pass_stop_lines,
-)
+from envs.episode_rules import RouteBook, StopLine, collision_event, is_wrong_way, pass_stop_lines
 from envs.world.kernels import Boxes, ego_threat
 from envs.world.world import DT
 from rewards import EgoState, EpisodeLog
@@ -98,9 +90,7 @@ class CarlaEpisode:
         self.route_s_now, self.progress = self.start_s, self.start_s
         self.distance = 0.0
         self.offroad = False
-        # a route file's episode ends at the Leaderboard's deviation and has no standing time-out
-        self.leaderboard_rules = leaderboard_rules
-        self.route = RouteBook(self.goal_distance, LEADERBOARD_DEVIATION if leaderboard_rules else ROUTE_DEVIATION)
+        self.route = RouteBook.for_route(self.goal_distance, leaderboard_rules)
         self.red_light_line: float | None = None
         self.accel = self.yaw_rate = 0.0
 
@@ -241,7 +231,7 @@ class CarlaEpisode:
             ego=list(ego),
             route_length=self.goal_distance,
             dt=DT,
-            timed_out=self.route.blocked and not self.leaderboard_rules,
+            timed_out=self.route.timed_out,
             distance_outside_route_lanes=self.route.distance_outside_route_lanes,
         )
 

@@ -14,16 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.episode_rules import (
-    LEADERBOARD_DEVIATION,
-    ROUTE_DEVIATION,
-    MinSpeedBook,
-    RouteBook,
-    StopLine,
-    collision_event,
-    is_wrong_way,
-    pass_stop_lines,
-)
+from envs.episode_rules import MinSpeedBook, RouteBook, StopLine, collision_event, is_wrong_way, pass_stop_lines
 from envs.world import kernels, traffic
 from envs.world.compile import ONCOMING_BEYOND, SPAWN_SPACING, CompiledScenario, compile_scenario
 from envs.world.lanegrid import JUNCTION, NONE
@@ -83,7 +74,7 @@ class World:
             progress=c.route_start,
             in_contact=np.zeros(n, bool),
             stop_done=np.zeros(len(c.route_stop_s), bool),
-            route=RouteBook(c.goal_distance, LEADERBOARD_DEVIATION if c.leaderboard_rules else ROUTE_DEVIATION),
+            route=RouteBook.for_route(c.goal_distance, c.leaderboard_rules),
             rng=np.random.default_rng(seed),
             pending_triggers=int(self._has_trigger[1:].sum()),
             flow_last=np.full(len(c.flows), -1),
