@@ -1,13 +1,15 @@
 """The privileged expert: a rule-based planner on the world state, and the teacher for datasets.
 
 Each decision it (1) sees every actor near its route in route coordinates (arc length s, lateral
-offset), (2) picks a lateral target: stay in lane, overtake through a free same-direction lane, or
-nudge out round a standing obstacle through the oncoming lane and back when the oncoming traffic
-leaves time for the whole pass, (3) plans a speed profile with IDM on the tightest of: the leader
-on the path it plans (the body follows that path), pedestrians near it, red lights and stop signs, and
-yield points where its junction path conflicts with traffic that has priority (unprotected left
-turns, stop signs, merges), capped by the lane limit, curvature and caution near occluders, and
-(4) writes the Chain-of-Causation text from those same decision factors.
+offset), (2) picks a lateral target: stay in lane, overtake through a free same-direction lane, move
+over for an emergency vehicle behind, or nudge out round a standing obstacle through the oncoming lane
+and back when the oncoming traffic leaves time for the whole pass, (3) plans a speed profile with IDM
+on the tightest of: the leader on the path it plans (the body follows that path; a car moving across
+into it counts), pedestrians near it, red lights and stop signs, and yield points where its junction
+path conflicts with traffic that has priority (unprotected left turns, stop signs, merges; the traffic
+predicted with the world's own right-of-way rules), capped by the lane limit, curvature and caution
+near occluders and cars waiting to pull out, and (4) writes the Chain-of-Causation text from those
+same decision factors.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 
 from agents.base import AgentOutput, BaseAgent
 from envs.driver import next_stop_line, route_speed_cap, speed_profile, to_ego_frame
-from envs.world import Kind, kernels
+from envs.world import Behaviour, Kind, Mode, kernels, traffic
 from envs.world.junctions import Rule
 from scenarios import geometry as geo
 
@@ -43,6 +45,7 @@ class Seen:
     length: float
     width: float
     static: bool
+    pulls_out: bool  # a car waiting to pull out into the traffic (a cut-in, a parking exit: its trigger armed)
 
 
 CROSS_ACCEL = 2.0  # m/s^2 the expert counts on when it crosses or enters a junction
@@ -50,13 +53,17 @@ CROSS_SPEED = 8.0  # m/s it crosses at, at most
 ONCOMING_DECEL = 2.5  # m/s^2 an oncoming vehicle is counted on to brake at when it sees the expert in its lane
 PASS_ACCEL = 1.5  # m/s^2 it counts on when it passes an obstacle through the oncoming lane (its planner's)
 CROSS_MARGIN_M = 6.0  # metres of its junction path kept clear ahead of and behind it while it crosses
+LANE_CHANGE_BEHIND_M = 30.0  # metres behind us in the lane we change into that it checks
+CUT_IN_HORIZON_S = 3.0  # seconds ahead a vehicle moving across towards our path is projected
+CUT_IN_MIN_SLOPE = 0.25  # ... if it heads across our route at 14 degrees or more
+BEHIND_M = 90.0  # metres of route behind it that it looks along (an emergency vehicle, a car coming up)
 SIGHT_M = 160.0  # metres it sees (an oncoming flow closing at 15 m/s is 10 s away there)
 MIN_RAMP_M = 4.5  # metres of the shortest move across (a swerve at walking pace)
 
 
-def _distance_covered(t: np.ndarray, v: float, accel: float = CROSS_ACCEL) -> np.ndarray:
-    """Metres covered in ``t`` seconds from speed ``v``, accelerating at ``accel`` up to CROSS_SPEED."""
-    top = max(v, CROSS_SPEED)
+def _distance_covered(t: np.ndarray, v: float, accel: float = CROSS_ACCEL, top: float = CROSS_SPEED) -> np.ndarray:
+    """Metres covered in ``t`` seconds from speed ``v``, accelerating at ``accel`` up to ``top``."""
+    top = max(v, top)
     t_top = (top - v) / accel
     ramp = v * t + 0.5 * accel * t**2
     return np.where(t < t_top, ramp, v * t_top + 0.5 * accel * t_top**2 + top * (t - t_top))
@@ -70,6 +77,25 @@ def _time_to_cover(distance: float, v: float, accel: float = CROSS_ACCEL) -> flo
     if distance <= ramp:
         return (-v + math.sqrt(v * v + 2.0 * accel * distance)) / accel
     return t_top + (distance - ramp) / top
+
+
+def _behind_gap(o: Seen, s_ego: float, ego_len: float) -> float:
+    """Metres from vehicle ``o``'s front back to our rear (negative: it is alongside us)."""
+    return (s_ego - ego_len / 2) - (o.s + o.length / 2)
+
+
+def _closing(o: Seen, v: float) -> float:
+    """How much faster than us ``o`` drives along our route (m/s, 0 if not)."""
+    return max(o.v_along - max(v, 0.0), 0.0)
+
+
+def _comes_up_behind(o: Seen, s_ego: float, v: float, ego_len: float) -> bool:
+    """Whether moving vehicle ``o``, behind us in a lane we move into, is alongside us or would catch us
+    up within 3 s and 6 m of our rear (a car following at our speed is no reason to wait)."""
+    if o.static or o.s >= s_ego:
+        return False
+    behind, closing = _behind_gap(o, s_ego, ego_len), _closing(o, v)
+    return behind < 0.5 or (closing > 0.5 and behind < 6.0 + 3.0 * closing)
 
 
 class Expert(BaseAgent):
@@ -103,7 +129,7 @@ class Expert(BaseAgent):
             return []
         near = np.hypot(st.x[idx] - st.x[0], st.y[idx] - st.y[0]) < SIGHT_M
         idx = idx[near]
-        lo = max(st.route_seg - 30, 0)
+        lo = max(st.route_seg - int(BEHIND_M), 0)
         hi = min(st.route_seg + int(SIGHT_M) + 20, len(c.route_xy) - 1)
         pts, ss = c.route_xy[lo : hi + 1], c.route_s[lo : hi + 1]
         out = []
@@ -114,7 +140,8 @@ class Expert(BaseAgent):
             seg_h = math.atan2(pts[k + 1, 1] - pts[k, 1], pts[k + 1, 0] - pts[k, 0])
             v_along = float(st.speed[j] * math.cos(st.yaw[j] - seg_h))
             v_lat = float(st.speed[j] * math.sin(st.yaw[j] - seg_h))
-            static = a.kind[j] == STATIC or a.behaviour[j] == 4
+            static = a.kind[j] == STATIC or a.behaviour[j] == Behaviour.STATIC
+            pulls_out = a.behaviour[j] == Behaviour.LANE_CHANGE and st.mode[j] == Mode.WAITING
             out.append(
                 Seen(
                     int(j),
@@ -128,6 +155,7 @@ class Expert(BaseAgent):
                     float(a.length[j]),
                     float(a.width[j]),
                     bool(static),
+                    bool(pulls_out),
                 )
             )
         return out
@@ -169,13 +197,14 @@ class Expert(BaseAgent):
         self._lateral_decision(world, seen, s_ego, v, width, ego_len, ego_w, reasons)
 
         to_blocker, back_at = math.inf, math.inf
-        if self.maneuver is not None:  # reach the side offset by the blocker's rear, however close it is
+        if self.maneuver is not None and not self.maneuver.startswith("make_way"):
+            # reach the side offset by the blocker's rear, however close it is
             b = next((o for o in seen if o.id == self.blocker), None)
             if b is not None:
                 to_blocker = b.s - s_ego - (ego_len + b.length) / 2
             if self.maneuver.startswith("nudge"):  # and back into lane once our rear is past its far end
                 back_at = self.pass_end - s_ego + ego_len / 2 + 0.5
-        elif abs(st.lateral) > 0.5:  # moving back into lane: done before an oncoming car stopped for us
+        elif self.maneuver is None and abs(st.lateral) > 0.5:  # moving back in: before an oncoming car stopped for us
             to_blocker = self._room_to_pull_back(seen, s_ego, st.lateral, ego_len, ego_w)
         lateral_ahead = partial(self._offset_profile, st.lateral, v=v, limit=to_blocker, back_at=back_at)
 
@@ -199,7 +228,10 @@ class Expert(BaseAgent):
             # in the way if the path we plan (the body follows it: at each metre ahead it lies at the
             # planned offset) comes within the corridor of the actor's lateral where it stands
             r = o.s - s_ego + np.linspace(-o.length / 2, o.length / 2, 5)
-            if np.min(np.abs(o.lat - lateral_ahead(np.maximum(r, 0.0)))) >= corridor + o.width / 2:
+            planned = lateral_ahead(np.maximum(r, 0.0))
+            if np.min(np.abs(o.lat - planned)) >= corridor + o.width / 2 and not self._cuts_in(
+                o, float(planned[2]), s_ego, v, corridor
+            ):
                 continue
             if o.static:
                 gap -= 2.0  # stop back from a parked car: room to pull out around it
@@ -250,6 +282,18 @@ class Expert(BaseAgent):
         return AgentOutput(traj, reasoning, extras)
 
     @staticmethod
+    def _cuts_in(o: Seen, planned: float, s_ego: float, v: float, corridor: float) -> bool:
+        """Whether a vehicle beside our path ahead moves across into it by the time we get there (a cut-in,
+        a car pulling out of a parking space: slow lateral movers one lane over, not crossing traffic)."""
+        if o.static or o.v_along < -0.5 or abs(o.lat - planned) > corridor + 4.0:
+            return False
+        if not 0.3 < abs(o.v_lat) < 4.0 or abs(o.v_lat) < CUT_IN_MIN_SLOPE * abs(o.v_along):
+            return False  # (a car on a curve or drifting in its lane beside us moves across slowly, if at all)
+        then = o.lat + o.v_lat * min(max(o.s - s_ego, 0.0) / max(v, 2.0), CUT_IN_HORIZON_S)
+        crosses = (o.lat - planned) * (then - planned) < 0.0
+        return crosses or abs(then - planned) < corridor + o.width / 2
+
+    @staticmethod
     def _room_to_pull_back(seen, s_ego: float, lateral: float, ego_len: float, ego_w: float) -> float:
         """Metres to the nearest vehicle standing or coming at us where we are now, beside our lane."""
         return min(
@@ -298,13 +342,19 @@ class Expert(BaseAgent):
         desired = world.ego_speed_limit()
         if self.maneuver is not None:
             b = next((o for o in seen if o.id == self.blocker), None)
-            far_end = max(self.pass_end, -math.inf if b is None else b.s + b.length / 2)
-            passed = far_end < s_ego - ego_len / 2 - 0.5  # our rear is past its (or the whole obstacle's) front
             own_clear = not any(
-                abs(o.lat) < corridor + o.width / 2 and s_ego - 4 < o.s < s_ego + 25
+                abs(o.lat) < corridor + o.width / 2
+                and (s_ego - 4 < o.s < s_ego + 25 or _comes_up_behind(o, s_ego, v, ego_len))
                 for o in seen
                 if o.kind != PEDESTRIAN
             )
+            if self.maneuver.startswith("make_way"):  # back once the emergency vehicle is by (or gone)
+                if (b is None or b.s - b.length / 2 > s_ego + ego_len / 2 + 5.0) and own_clear:
+                    reasons.append("The emergency vehicle has passed; return to my lane.")
+                    self._end_maneuver()
+                return
+            far_end = max(self.pass_end, -math.inf if b is None else b.s + b.length / 2)
+            passed = far_end < s_ego - ego_len / 2 - 0.5  # our rear is past its (or the whole obstacle's) front
             if passed and own_clear:
                 reasons.append(
                     f"Passed the {'parked car' if b is None or b.static else 'slow vehicle'}; return to my lane."
@@ -317,7 +367,9 @@ class Expert(BaseAgent):
                 if not self._oncoming_clear(seen, s_ego, v, ego_len, blocker or b, margin=-5.0):
                     self._end_maneuver()
             return
-        if blocker is None or nb["junction"] is not None:
+        if nb["junction"] is not None:
+            return
+        if self._make_way(world, seen, s_ego, width, corridor, nb, reasons) or blocker is None:
             return
         gap = blocker.s - s_ego - (ego_len + blocker.length) / 2
         slow = blocker.static or blocker.v_along < min(0.5 * desired, 6.0)
@@ -336,6 +388,7 @@ class Expert(BaseAgent):
             and blocker.static
             and gap <= self._ramp(v) + 6.0  # swing out now, not tens of metres early in the oncoming lane
             and self._oncoming_clear(seen, s_ego, v, ego_len, blocker)
+            and not self._overtaken(world, seen, s_ego, v, ego_len, width, nb["opposite"])
         ):
             sign = 1.0 if self._side_of(world, nb["opposite"]) >= 0 else -1.0
             side = "left" if sign > 0 else "right"
@@ -347,6 +400,37 @@ class Expert(BaseAgent):
             reasons.append(
                 f"Parked car blocks my lane at {gap:.0f} m; the oncoming lane is clear, so nudge {side} around it."
             )
+
+    def _make_way(self, world, seen, s_ego, width, corridor, nb, reasons) -> bool:
+        """An emergency vehicle coming up behind us in our lane: move over to a free same-direction lane
+        beside and let it by (the Leaderboard's YieldToEmergencyVehicle)."""
+        rows = {w.emergency_vehicle for w in world.compiled.windows if w.emergency_vehicle >= 0}
+        ev = next(
+            (o for o in seen if o.index in rows and s_ego - 80.0 < o.s < s_ego and abs(o.lat) < corridor + o.width / 2),
+            None,
+        )
+        if ev is None:
+            return False
+        for lane_id in (nb["left"], nb["right"]):
+            beside = self._side_of(world, lane_id) if lane_id is not None else 0.0
+            if abs(beside) > 1.0 and self._lane_free(seen, s_ego, width, beside, 30.0):
+                side = "left" if beside > 0 else "right"
+                self.maneuver, self.blocker, self.offset = f"make_way_{side}", ev.id, beside
+                reasons.append(
+                    f"An emergency vehicle is coming up behind me; the {side} lane is free, so change lanes to "
+                    f"the {side} to let it pass."
+                )
+                return True
+        return False
+
+    def _overtaken(self, world, seen, s_ego, v, ego_len, width, lane_id: str) -> bool:
+        """Whether a vehicle coming up from behind on the side of ``lane_id`` (a car overtaking us, or one
+        in a lane the map calls opposite that runs our way) would meet us as we pull out there."""
+        sign = 1.0 if self._side_of(world, lane_id) >= 0 else -1.0
+        return any(
+            o.kind != PEDESTRIAN and 0.5 < sign * o.lat < width + 1.5 and _comes_up_behind(o, s_ego, v, ego_len)
+            for o in seen
+        )
 
     def _end_maneuver(self) -> None:
         self.maneuver, self.blocker, self.offset, self.pass_end = None, None, 0.0, -math.inf
@@ -421,7 +505,10 @@ class Expert(BaseAgent):
                 if nxt < 0 or not c.lane_in_junction[nxt]:
                     break
                 run.append(c.road_map.lanes[c.lane_ids[nxt]])
-            conflict = self._conflict(world, run, start - front, v, queue=set(lanes[:k].tolist()))
+            # (at a light, cars standing at theirs are the light's business: only where the junction's
+            # own rules decide, a car that stands at its line and goes before us is waited for)
+            standing = rule is not None and rule != Rule.SIGNAL
+            conflict = self._conflict(world, run, start - front, v, set(lanes[:k].tolist()), standing)
             if conflict is not None:
                 turning = "left_turn" if turn > 0.5 else "right_turn" if turn < -0.5 else "crossing"
                 why = {Rule.STOP: "stop_sign", Rule.YIELD: "yield_sign"}.get(rule, "merge" if merge else turning)
@@ -458,9 +545,10 @@ class Expert(BaseAgent):
                 continue
             if o.s - o.length / 2 > s_ego + ego_len / 2 + 5.0:
                 continue  # ahead of us in that lane: a leader once we are in it
-            behind = (s_ego - ego_len / 2) - (o.s + o.length / 2)
-            closing = max(o.v_along - max(v, 0.0), 0.0)
-            if behind < 6.0 + 3.0 * closing:
+            behind = _behind_gap(o, s_ego, ego_len)
+            if behind > LANE_CHANGE_BEHIND_M:
+                continue  # (waiting for a stream from far back would leave us standing in a moving lane)
+            if behind < 6.0 + 3.0 * _closing(o, v):  # beside us, or closing in within 3 s and 6 m
                 return max(start - front - 1.0, 0.0), f"lane_change:{o.id}"
         return math.inf, None
 
@@ -474,9 +562,10 @@ class Expert(BaseAgent):
             return None, start
         return Rule(int(j.entry_rule[c.route_path, at[0]])), float(j.entry_hold[c.route_path, at[0]])
 
-    def _conflict(self, world, run, dist, v, queue: set[int]) -> str | None:
+    def _conflict(self, world, run, dist, v, queue: set[int], standing: bool) -> str | None:
         """Id of a vehicle that would reach our path through the junction (its lanes ``run``) while we
-        are on it, if any; vehicles on our own lanes before the junction (``queue``) are our queue."""
+        are on it, if any; vehicles on our own lanes before the junction (``queue``) are our queue; with
+        ``standing``, cars standing first at their line that go before us count as setting off."""
         st, c = world.state, world.compiled
         a = c.actors
         path = np.concatenate([lane.centerline for lane in run])
@@ -493,49 +582,55 @@ class Expert(BaseAgent):
         hi = np.minimum(ours + CROSS_MARGIN_M + 2.0, length)
         occupied = (along[None, :] >= lo[:, None]) & (along[None, :] <= hi[:, None]) & (hi >= lo)[:, None]
         p_lanes, p_start = c.paths.lanes, c.paths.lane_start
+        sig = None
         for j in c.idx_path:
-            if not st.active[j] or st.speed[j] < 0.5:
+            if not st.active[j]:
                 continue
-            if p_lanes[st.path_id[j], kernels.lane_slot(p_lanes, p_start, st.path_id[j], st.s[j])] in queue:
+            lane_j = p_lanes[st.path_id[j], kernels.lane_slot(p_lanes, p_start, st.path_id[j], st.s[j])]
+            if lane_j in queue:
                 continue
             if np.hypot(st.x[j] - path[0, 0], st.y[j] - path[0, 1]) > max(90.0, st.speed[j] * t_clear + 30.0):
                 continue  # too far to reach our path while we are on it (fast roads reach further)
-            if a.yields_at_junctions[j] and self._waits_for_us(c, st, j):
-                continue
+            if st.speed[j] < 0.5:  # standing: a car first at its junction line that goes before us, counted as
+                # setting off now (what else holds it, a car crossing in front of it, may clear at any moment)
+                if not standing:
+                    continue
+                if sig is None:
+                    sig = world.signal_states()
+                if not self._first_at_junction(c, st, j) or not traffic.sets_off(c, st, j, sig, others=False):
+                    continue
+                ahead = _distance_covered(taus, 0.0, float(a.max_accel[j]), float(c.lane_speed_limit[lane_j]))
+            elif a.yields_at_junctions[j] and not traffic.may_enter_junction(c, st, j):
+                continue  # it keeps the junction's rules and they hold it (for us, or for someone else)
+            else:
+                ahead = st.speed[j] * taus
             pid = np.full(len(taus), st.path_id[j])
-            px, py, _ = c.paths.pose(pid, st.s[j] + st.speed[j] * taus)
+            px, py, _ = c.paths.pose(pid, st.s[j] + ahead)
             d = np.hypot(px[:, None] - path[None, :, 0], py[:, None] - path[None, :, 1])
             if (occupied & (d < 3.0 + a.width[j] / 2)).any():
                 return a.ids[j]
         return None
 
     @staticmethod
-    def _waits_for_us(c, st, j: int) -> bool:
-        """Whether vehicle j, which keeps the junction's rules, will let us go first: we arrived at the
-        junction before it (its turn comes after ours) and it can still stop."""
-        if not np.isfinite(st.stopped_at[0]):
-            return False
-        if st.speed[0] < 0.5 and st.t - st.stopped_t[0] > kernels.EGO_TURN_S:
-            return False  # standing at the line, we have let our turn go (as the kernel sees it)
+    def _first_at_junction(c, st, j: int) -> bool:
+        """Whether vehicle j stands at the line of the junction it enters next (the first of its queue)."""
         rules, p = c.junctions, st.path_id[j]
         front = st.s[j] + c.actors.length[j] / 2
         k = rules.next_entry(p, front)
-        if k < 0:
-            return False
-        dist = rules.entry_s[p, k] - front
-        if st.speed[j] > 2.0 and st.speed[j] ** 2 / (2.0 * max(dist, 0.1)) > kernels.COMMITTED_DECEL:
-            return False
-        if rules.entry_rule[p, k] == Rule.SIGNAL and not rules.entry_turns[p, k]:
-            return False  # its green protects it
-        arrived_j = st.stopped_at[j] == rules.entry_hold[p, k]
-        ours = rules.entry_hold[c.route_path]
-        we_arrived = bool(np.any(ours == st.stopped_at[0])) and st.stopped_at[0] > st.route_s - 1.0
-        return we_arrived and (not arrived_j or st.stopped_t[0] < st.stopped_t[j])
+        return k >= 0 and max(rules.entry_s[p, k], rules.entry_hold[p, k]) - front < kernels.ARRIVE_M
 
     def _caution(self, world, seen, s_ego) -> str | None:
-        """Slow down next to parked cars that could hide a pedestrian, and near crossing walkers."""
+        """Slow down next to parked cars that could hide a pedestrian, cars waiting to pull out in front of
+        us (StaticCutIn's queue, ParkingCutIn: privileged knowledge, as the rest of the world state), and
+        near crossing walkers."""
+        reach = max(30.0, 3.0 * float(world.state.speed[0]))  # (from speed: in time to slow down)
         for o in seen:
-            if o.static and o.kind != PEDESTRIAN and 0 < o.s - s_ego < 30.0 and 1.5 < abs(o.lat - self.offset) < 6.0:
+            if (
+                (o.static or o.pulls_out)
+                and o.kind != PEDESTRIAN
+                and 0 < o.s - s_ego < reach
+                and 1.5 < abs(o.lat - self.offset) < 6.0
+            ):
                 if o.s <= self.pass_end + 1.0:  # what we are passing: the less time in the oncoming lane the better
                     continue
                 return "occlusion"

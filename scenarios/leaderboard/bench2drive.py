@@ -8,10 +8,9 @@ import math
 from functools import partial
 
 from scenarios.leaderboard.base import NotPlaced, Placed, Played, RouteFrame, scenario_type
-from scenarios.leaderboard.junctions import Junction, junction_flow
+from scenarios.leaderboard.junctions import HELD_S, THROUGH_M, Junction, junction_flow
 
 FREEZE_S = 5.0  # seconds each light setting of a Vanilla turn lasts (Bench2Drive's green_light_delay)
-HELD_S = 300.0  # a green held for the ego: the hold ends first, once the ego is through the junction
 DRIVE_THROUGH = 200.0  # metres T_Junction and SequentialLaneChange ask the ego to drive within their time-out
 
 
@@ -22,9 +21,7 @@ def _junction_turn(route: RouteFrame, sc: Placed, lights: tuple[str, str] | None
     j = Junction(route, sc)
     if lights is None:
         return Played()
-    mine, every = j.signals()
-    if not mine:
-        raise NotPlaced(f"junction {j.id} has no light for the ego's lane")
+    mine, (_, every) = j.my_lights(), j.signals()
     first, then = lights
     then_s = FREEZE_S if then == "red" else HELD_S
     phases = {
@@ -33,7 +30,7 @@ def _junction_turn(route: RouteFrame, sc: Placed, lights: tuple[str, str] | None
         else [{"state": "red", "duration": FREEZE_S}, {"state": "red", "duration": then_s}]
         for sid in sorted(every)
     }
-    return Played(signal_holds=[{"at": round(sc.s, 2), "until": round(j.exit_s + 10.0, 2), "signals": phases}])
+    return Played(signal_holds=[{"at": round(sc.s, 2), "until": round(j.exit_s + THROUGH_M, 2), "signals": phases}])
 
 
 _VANILLA = (
@@ -110,7 +107,8 @@ for _name, _lights in (
         _name,
         "the ego turns left into a road that a flow of oncoming traffic (`flow_speed` m/s, `source_dist_interval` m "
         "apart) turns into as well; the flow does not give way",
-        "the lights are held (ego and flow green) for the whole route (Bench2Drive: the ego's red for 5 s first)"
+        "the lights are held (ego and flow green) from the trigger until the ego is through (Bench2Drive: the "
+        "ego's red for 5 s first)"
         if _lights
         else "",
         "Merging",

@@ -1,7 +1,9 @@
 """At the next junction on the route: turning across or into a flow of traffic that has priority
 (the Signalized / NonSignalized junction turns), a vehicle that runs its red light or takes the ego's
 priority from the left or right, a car blocking the road the ego turns into, and PriorityAtJunction
-(the ego's light held green)."""
+(the ego's light held green). Lights a scenario sets are held from its trigger until the ego is
+through the junction (scenario_runner's TrafficLightFreezer beside WaitEndIntersection), then run
+their own programs again."""
 
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ from functools import partial
 from scenarios.leaderboard.base import CAR, NotPlaced, Placed, Played, RouteFrame, scenario_type, static_actor, stretch
 from scenarios.maps import Lane
 
-GREEN = {"phases": [{"state": "green", "duration": 300.0}]}
-RED = {"phases": [{"state": "red", "duration": 300.0}]}
+HELD_S = 300.0  # a light held for a scenario: the hold ends first, once the ego is through the junction
+THROUGH_M = 10.0  # metres past the junction's exit at which the ego is through it
 SOURCE_TIME = 5.0  # seconds of flow upstream of the junction (scenario_runner: source 5 x flow speed away)
 SINK_TIME = 3.0  # ... and downstream of it
 
@@ -70,6 +72,25 @@ class Junction:
         every = {sid for sid, sig in road.signals.items() if feeding & set(sig.lanes)}
         return mine, every
 
+    def hold_lights(self, sc: Placed, green: set[str]) -> dict:
+        """A signal hold (schema ``SignalHold``): from the trigger until the ego is through the junction,
+        the ``green`` lights green and the junction's others red."""
+        _, every = self.signals()
+        return {
+            "at": round(sc.s, 2),
+            "until": round(self.exit_s + THROUGH_M, 2),
+            "signals": {
+                sid: [{"state": "green" if sid in green else "red", "duration": HELD_S}] for sid in sorted(every)
+            },
+        }
+
+    def my_lights(self) -> set[str]:
+        """The lights governing the ego's entry (refused if it has none)."""
+        mine, _ = self.signals()
+        if not mine:
+            raise NotPlaced(f"junction {self.id} has no light for the ego's lane")
+        return mine
+
 
 def _heading(lane: Lane, at: int) -> float:
     return float(lane.heading[at])
@@ -115,11 +136,8 @@ def junction_flow(
         ]
     )
     if signalized:
-        mine, every = j.signals()
-        if not mine:
-            raise NotPlaced(f"junction {j.id} has no light for the ego's lane")
         theirs = {sid for sid, sig in j.route.road_map.signals.items() if set(path) & set(sig.lanes)}
-        played.signals = {sid: (GREEN if sid in mine | theirs else RED) for sid in every}
+        played.signal_holds = [j.hold_lights(sc, j.my_lights() | theirs)]
     return played
 
 
@@ -129,14 +147,15 @@ _TURNS = (
         "SignalizedJunctionLeftTurn",
         "the ego turns left on green across a flow of oncoming traffic (`flow_speed` m/s, "
         "`source_dist_interval` m apart) that also has green",
-        "the junction's lights are held (ego and oncoming green, the rest red) for the whole route",
+        "the junction's lights are held (ego and oncoming green, the rest red) from the trigger until the ego "
+        "is through",
         math.pi,
         True,
     ),
     (
         "SignalizedJunctionRightTurn",
         "the ego turns right on green into a road where a flow of traffic from its left passes (also on green)",
-        "the junction's lights are held for the whole route",
+        "the junction's lights are held (ego and flow green) from the trigger until the ego is through",
         -math.pi / 2,
         True,
     ),
@@ -184,10 +203,7 @@ def _crossing_vehicle(route: RouteFrame, sc: Placed, signalized: bool) -> Played
         ]
     )
     if signalized:
-        mine, every = j.signals()
-        if not mine:
-            raise NotPlaced(f"junction {j.id} has no light for the ego's lane")
-        played.signals = {sid: (GREEN if sid in mine else RED) for sid in every}
+        played.signal_holds = [j.hold_lights(sc, j.my_lights())]
     return played
 
 
@@ -195,7 +211,7 @@ def _crossing_vehicle(route: RouteFrame, sc: Placed, signalized: bool) -> Played
     "OppositeVehicleRunningRedLight",
     "as the ego crosses on green, a vehicle from the `direction` runs its red light across the ego's path, "
     "timed to arrive with it",
-    "timed for an ego at its lane's limit (at most 10 m/s); the lights are held for the whole route",
+    "timed for an ego at its lane's limit (at most 10 m/s)",
     "Emergency Brake",
 )
 def opposite_vehicle_running_red_light(route: RouteFrame, sc: Placed) -> Played:
@@ -230,12 +246,9 @@ def blocked_intersection(route: RouteFrame, sc: Placed) -> Played:
 @scenario_type(
     "PriorityAtJunction",
     "the ego's light at the next junction is green (the other approaches red) as it drives through",
-    "the lights are held for the whole route",
+    "",
     "Traffic Sign",
 )
 def priority_at_junction(route: RouteFrame, sc: Placed) -> Played:
     j = Junction(route, sc)
-    mine, every = j.signals()
-    if not mine:
-        raise NotPlaced(f"junction {j.id} has no light for the ego's lane")
-    return Played(signals={sid: (GREEN if sid in mine else RED) for sid in every})
+    return Played(signal_holds=[j.hold_lights(sc, j.my_lights())])

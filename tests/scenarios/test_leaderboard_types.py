@@ -157,6 +157,33 @@ def test_bench2drives_types_a_left_turn_into_a_flow_and_stretches_to_get_through
     assert hold["at"] == 50.0 and len(mine) >= 1 and len(mine) < len(hold["signals"])
 
 
+def test_junction_types_hold_the_lights_from_the_trigger_until_the_ego_is_through(town01_route):
+    """scenario_runner's TrafficLightFreezer runs beside WaitEndIntersection: the lights are the scenario's
+    only while the ego comes to and drives through the junction (held for the whole route, a red set for
+    another approach stopped the traffic there for good, and the ego too when the route came back)."""
+    road_map, _, plan, frame = town01_route
+    _, exit_s, k = frame.junction_after(50.0)
+    elements = [
+        ("P", "PriorityAtJunction", {}, 50.0),
+        ("L", "SignalizedJunctionLeftTurn", {"flow_speed": 9.0}, 50.0),
+    ]
+    out = play(plan.lanes, road_map, elements, "route 0")
+    assert not out.played.signals and out.types == [e[1] for e in elements]
+    holds = out.played.signal_holds
+    assert len(holds) == 2
+    assert all(h["at"] == 50.0 and h["until"] == pytest.approx(exit_s + 10.0, abs=0.01) for h in holds)
+    ego_lanes = {plan.lanes[k], plan.lanes[k - 1]}
+    mine = {sid for sid, sig in road_map.signals.items() if ego_lanes & set(sig.lanes)}
+    for hold in holds:
+        states = {sid: [p["state"] for p in phases] for sid, phases in hold["signals"].items()}
+        assert mine <= set(states) and all(states[sid] == ["green"] for sid in mine)
+        assert ["red"] in states.values()  # the approaches that cross the ego's path
+    (flow,) = out.played.flows  # the left turn's oncoming flow has its green too
+    theirs = {sid for sid, sig in road_map.signals.items() if set(flow["path"]) & set(sig.lanes)}
+    theirs = (theirs - mine) & set(holds[1]["signals"])  # (its path's lights at this junction)
+    assert theirs and all(holds[1]["signals"][sid][0]["state"] == "green" for sid in theirs)
+
+
 def test_a_scenario_that_does_not_fit_is_skipped_an_unknown_type_listed_and_strict_refuses(town01_route):
     road_map, route, plan, _ = town01_route
     elements = [
