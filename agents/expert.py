@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from agents.base import AgentOutput, BaseAgent
+from agents.prediction import EgoPass, Oncoming, next_oncoming_from_flows, pass_completes
 from envs.driver import next_stop_line, route_speed_cap, speed_profile, to_ego_frame
 from envs.world import Behaviour, Kind, Mode, kernels, traffic
 from envs.world.junctions import Rule
@@ -42,23 +43,27 @@ class Seen:
     v_along: float  # speed along the route direction (negative = oncoming)
     v_lat: float  # speed across it (left +)
     speed: float
-    length: float
-    width: float
+    length: float  # its footprint along our route
+    width: float  # and across it
     static: bool
     pulls_out: bool  # a car waiting to pull out into the traffic (a cut-in, a parking exit: its trigger armed)
 
 
 CROSS_ACCEL = 2.0  # m/s^2 the expert counts on when it crosses or enters a junction
 CROSS_SPEED = 8.0  # m/s it crosses at, at most
-ONCOMING_DECEL = 2.5  # m/s^2 an oncoming vehicle is counted on to brake at when it sees the expert in its lane
-PASS_ACCEL = 1.5  # m/s^2 it counts on when it passes an obstacle through the oncoming lane (its planner's)
-CROSS_MARGIN_M = 6.0  # metres of its junction path kept clear ahead of and behind it while it crosses
+CROSS_MARGIN_M = 4.0  # metres of its junction path kept clear ahead of and behind it when it sets off
+COMMITTED_MARGIN_M = 1.0  # ... and once it has set off: it stops again only for a vehicle that would hit it
 LANE_CHANGE_BEHIND_M = 30.0  # metres behind us in the lane we change into that it checks
 CUT_IN_HORIZON_S = 3.0  # seconds ahead a vehicle moving across towards our path is projected
 CUT_IN_MIN_SLOPE = 0.25  # ... if it heads across our route at 14 degrees or more
 BEHIND_M = 90.0  # metres of route behind it that it looks along (an emergency vehicle, a car coming up)
 SIGHT_M = 160.0  # metres it sees (an oncoming flow closing at 15 m/s is 10 s away there)
 MIN_RAMP_M = 4.5  # metres of the shortest move across (a swerve at walking pace)
+RAMP_S = 2.5  # seconds a move across takes
+APPROACH_M = 60.0  # metres before an obstacle to pass through the oncoming lane that it decides to drive on
+APPROACH_DECEL = 4.0  # m/s^2 it could still stop behind the obstacle at, while it drives on towards it
+OUT_MARGIN_M = 2.0  # metres before the obstacle's rear that it counts itself out in the oncoming lane
+RAMP_MIN_SPEED = 3.0  # m/s the move back into lane after a pass is laid out for, at least
 
 
 def _distance_covered(t: np.ndarray, v: float, accel: float = CROSS_ACCEL, top: float = CROSS_SPEED) -> np.ndarray:
@@ -115,7 +120,9 @@ class Expert(BaseAgent):
         self.maneuver: str | None = None  # "overtake_left", "nudge_left", ...
         self.blocker: str | None = None
         self.pass_end = -math.inf  # route arc length of the far end of what a nudge goes around
+        self.approach: str | None = None  # an obstacle it drives on towards, to pass at speed
         self._stopped_at: dict[int, float] = {}
+        self._crossing: float | None = None  # route arc length of the junction entry it has set off into
 
     def act(self, observation: dict[str, Any] | None = None) -> AgentOutput:
         return self.plan(self.world)
@@ -141,6 +148,10 @@ class Expert(BaseAgent):
             v_along = float(st.speed[j] * math.cos(st.yaw[j] - seg_h))
             v_lat = float(st.speed[j] * math.sin(st.yaw[j] - seg_h))
             static = a.kind[j] == STATIC or a.behaviour[j] == Behaviour.STATIC
+            # its footprint along and across our route (a car standing across the road is wide)
+            cos_rel, sin_rel = abs(math.cos(st.yaw[j] - seg_h)), abs(math.sin(st.yaw[j] - seg_h))
+            along = cos_rel * a.length[j] + sin_rel * a.width[j]
+            across = sin_rel * a.length[j] + cos_rel * a.width[j]
             pulls_out = a.behaviour[j] == Behaviour.LANE_CHANGE and st.mode[j] == Mode.WAITING
             out.append(
                 Seen(
@@ -152,8 +163,8 @@ class Expert(BaseAgent):
                     v_along,
                     v_lat,
                     float(st.speed[j]),
-                    float(a.length[j]),
-                    float(a.width[j]),
+                    float(along),
+                    float(across),
                     bool(static),
                     bool(pulls_out),
                 )
@@ -218,11 +229,17 @@ class Expert(BaseAgent):
             gap = o.s - s_ego - (ego_len + o.length) / 2
             if gap < -0.5:  # alongside, not ahead: braking cannot help, driving on and away does
                 continue
+            if o.id == self.approach:
+                continue  # (the pass starts nearer; this decision is made again at every step)
             if self.maneuver and o.id == self.blocker:
                 # the car we are going around: while, on our present heading, we would still clip it,
                 # a point to be able to stop at (we pull out as we go, so not a lead to keep a gap to)
+                # (our front reaches its rear at ``heading_to``; swinging away from it, that is what counts)
                 heading_to = st.lateral + max(gap + ego_len / 2, 0.0) * math.sin(st.heading_error)
-                if min(abs(o.lat - st.lateral), abs(o.lat - heading_to)) < (ego_w + o.width) / 2 + 0.2:
+                apart = abs(o.lat - heading_to)
+                if apart <= abs(o.lat - st.lateral):
+                    apart = min(apart, abs(o.lat - st.lateral))
+                if apart < (ego_w + o.width) / 2 + 0.2:
                     clip_gap = gap
                 continue
             # in the way if the path we plan (the body follows it: at each metre ahead it lies at the
@@ -258,7 +275,16 @@ class Expert(BaseAgent):
         stops = [g for g in (ped_gap, stop_gap, yield_gap, clip_gap) if math.isfinite(g)]
         speed_cap = self.caution_speed if caution is not None else math.inf
         ss, vs = speed_profile(
-            c.route_s, cap, s_ego, v, (lead_gap, lead_v), stops, self.T, self.s0, speed_cap, max_decel=7.0
+            c.route_s,
+            cap,
+            s_ego,
+            v,
+            (lead_gap, lead_v),
+            stops,
+            self.T,
+            self.s0,
+            speed_cap,
+            max_decel=7.0,
         )
         pts, hs = geo.interpolate(c.route_xy, c.route_s, ss)
         lat = lateral_ahead(ss - s_ego)
@@ -311,7 +337,7 @@ class Expert(BaseAgent):
     @staticmethod
     def _ramp(v: float) -> float:
         """Metres over which the expert moves across: about 2.5 s, and no less than a tight low-speed swerve."""
-        return max(MIN_RAMP_M, 2.5 * v)
+        return max(MIN_RAMP_M, RAMP_S * v)
 
     def _offset_profile(
         self, lateral_now: float, dist: np.ndarray, v: float, limit: float = math.inf, back_at: float = math.inf
@@ -323,7 +349,7 @@ class Expert(BaseAgent):
         u = np.clip(dist / ramp, 0.0, 1.0)
         out = lateral_now + (self.offset - lateral_now) * (0.5 - 0.5 * np.cos(np.pi * u))
         if math.isfinite(back_at):
-            back = np.clip((dist - max(back_at, 0.0)) / self._ramp(max(v, 3.0)), 0.0, 1.0)
+            back = np.clip((dist - max(back_at, 0.0)) / self._ramp(max(v, RAMP_MIN_SPEED)), 0.0, 1.0)
             out = out * (0.5 + 0.5 * np.cos(np.pi * back))
         return out
 
@@ -335,6 +361,7 @@ class Expert(BaseAgent):
 
     def _lateral_decision(self, world, seen, s_ego, v, width, ego_len, ego_w, reasons) -> None:
         st = world.state
+        self.approach = None
         nb = self._neighbours(world)
         corridor = ego_w / 2 + self._margin(width, ego_w)
         in_lane = [o for o in seen if o.kind != PEDESTRIAN and o.s > s_ego and abs(o.lat) < corridor + o.width / 2]
@@ -364,7 +391,9 @@ class Expert(BaseAgent):
                 # not committed yet (a car half out in the oncoming lane must go on: standing there, it
                 # would be in the oncoming traffic's way): abort and wait behind if the gap has closed by
                 # more than the margin it was taken with (a gap judged again at every step would flicker)
-                if not self._oncoming_clear(seen, s_ego, v, ego_len, blocker or b, margin=-5.0):
+                if not self._oncoming_clear(
+                    world, seen, s_ego, v, ego_len, ego_w, width, blocker or b, self.offset, margin=-2.0
+                ):
                     self._end_maneuver()
             return
         if nb["junction"] is not None:
@@ -373,33 +402,39 @@ class Expert(BaseAgent):
             return
         gap = blocker.s - s_ego - (ego_len + blocker.length) / 2
         slow = blocker.static or blocker.v_along < min(0.5 * desired, 6.0)
-        if not slow or gap > 45.0:
+        if not slow or gap > (APPROACH_M if blocker.static else 45.0):
             return
         beside = self._side_of(world, nb["left"]) if nb["left"] is not None else 0.0
         if nb["left"] is not None and abs(beside) > 1.0 and self._lane_free(seen, s_ego, width, beside, gap + 30.0):
+            if gap > 45.0:
+                return
             side = "left" if beside > 0 else "right"
             self.maneuver, self.blocker, self.offset = f"overtake_{side}", blocker.id, beside
             reasons.append(
                 f"{'Parked car' if blocker.static else 'Slow vehicle'} ahead at {gap:.0f} m in my lane; "
                 f"the {side} lane is free, so change lanes to the {side} to pass it."
             )
-        elif (
-            nb["opposite"] is not None
-            and blocker.static
-            and gap <= self._ramp(v) + 6.0  # swing out now, not tens of metres early in the oncoming lane
-            and self._oncoming_clear(seen, s_ego, v, ego_len, blocker)
-            and not self._overtaken(world, seen, s_ego, v, ego_len, width, nb["opposite"])
-        ):
-            sign = 1.0 if self._side_of(world, nb["opposite"]) >= 0 else -1.0
-            side = "left" if sign > 0 else "right"
-            parts = self._obstacle(seen, blocker)
-            clear = max(sign * o.lat + o.width / 2 for o in parts) + ego_w / 2 + 0.9
-            self.maneuver, self.blocker = f"nudge_{side}", blocker.id
-            self.offset = sign * min(max(clear, 1.5), width)
-            self.pass_end = max(o.s + o.length / 2 for o in parts)
-            reasons.append(
-                f"Parked car blocks my lane at {gap:.0f} m; the oncoming lane is clear, so nudge {side} around it."
+        elif nb["opposite"] is not None and blocker.static:
+            sign = self._sign_of(world, nb["opposite"])
+            offset = self._nudge_offset(seen, blocker, sign, ego_w, width)
+            clear = self._oncoming_clear(
+                world, seen, s_ego, v, ego_len, ego_w, width, blocker, offset, out_at=blocker.s - blocker.length / 2
             )
+            if not clear or self._overtaken(world, seen, s_ego, v, ego_len, width, nb["opposite"]):
+                return
+            side = "left" if sign > 0 else "right"
+            if gap <= self._ramp(v) + 6.0:  # swing out now, not tens of metres early in the oncoming lane
+                self.maneuver, self.blocker, self.offset = f"nudge_{side}", blocker.id, offset
+                self.pass_end = self._obstacle_end(seen, blocker)
+                reasons.append(
+                    f"Parked car blocks my lane at {gap:.0f} m; the oncoming lane is clear, so nudge {side} around it."
+                )
+            elif gap - 3.0 > v * 0.5 + v * v / (2.0 * APPROACH_DECEL):  # (and we could still stop behind it)
+                self.approach = blocker.id  # keep going: the pass starts nearer, at speed
+                reasons.append(
+                    f"Parked car blocks my lane {gap:.0f} m ahead; the oncoming lane will be clear, so keep going "
+                    f"and pass it on the {side}."
+                )
 
     def _make_way(self, world, seen, s_ego, width, corridor, nb, reasons) -> bool:
         """An emergency vehicle coming up behind us in our lane: move over to a free same-direction lane
@@ -423,10 +458,14 @@ class Expert(BaseAgent):
                 return True
         return False
 
+    def _sign_of(self, world, lane_id: str) -> float:
+        """+1 if lane ``lane_id`` lies on our left, -1 on our right."""
+        return 1.0 if self._side_of(world, lane_id) >= 0 else -1.0
+
     def _overtaken(self, world, seen, s_ego, v, ego_len, width, lane_id: str) -> bool:
         """Whether a vehicle coming up from behind on the side of ``lane_id`` (a car overtaking us, or one
         in a lane the map calls opposite that runs our way) would meet us as we pull out there."""
-        sign = 1.0 if self._side_of(world, lane_id) >= 0 else -1.0
+        sign = self._sign_of(world, lane_id)
         return any(
             o.kind != PEDESTRIAN and 0.5 < sign * o.lat < width + 1.5 and _comes_up_behind(o, s_ego, v, ego_len)
             for o in seen
@@ -459,25 +498,70 @@ class Expert(BaseAgent):
             for o in seen
         )
 
-    def _oncoming_clear(self, seen, s_ego, v, ego_len, blocker, margin: float = 10.0) -> bool:
-        """Oncoming traffic far enough for the pass: each oncoming vehicle either cannot reach the end of
-        our pass (the obstacle's far end, our length and the move back) before we are back in lane, or,
-        braking gently (ONCOMING_DECEL) once it sees us in its lane (the world's HEAD_ON_RANGE), stops
-        short of that end with room to spare (HEAD_ON_STANDOFF): one that stops in front of us would
-        leave us beside the obstacle in its lane."""
+    def _oncoming_clear(
+        self,
+        world,
+        seen,
+        s_ego,
+        v,
+        ego_len,
+        ego_w,
+        width,
+        blocker,
+        offset: float,
+        margin: float = 2.0,
+        out_at: float = -math.inf,
+    ) -> bool:
+        """Whether a pass round ``blocker`` at lateral ``offset`` (through the oncoming lane on its side),
+        pulling out as our front nears ``out_at`` (at once by default), ends back in lane, ``margin``
+        metres to spare, before the oncoming traffic, braking for us as the world's drivers do, stands in
+        our way: one that stops in front of us leaves us beside the obstacle in its lane. The oncoming
+        traffic is what we see coming or standing on that side, and each flow's next vehicle
+        (``agents.prediction``)."""
         if blocker is None:
             return True
-        # until we are half-way back in lane, out of the oncoming vehicles' way
-        span = self._obstacle_end(seen, blocker) - s_ego + ego_len / 2 + self._ramp(CROSS_SPEED) / 2 + 2.0
-        t_pass = _time_to_cover(span, v, PASS_ACCEL) + 1.0
-        for o in seen:
-            if o.kind == PEDESTRIAN or o.v_along > -0.5 or o.s < s_ego:
-                continue
-            u = -o.v_along
-            stops = min(o.s - s_ego, kernels.HEAD_ON_RANGE) - u * 1.0 - u * u / (2.0 * ONCOMING_DECEL)
-            if o.s - s_ego < span + u * t_pass + margin and stops < span + kernels.HEAD_ON_STANDOFF + margin / 4:
-                return False
-        return True
+        a = world.compiled.actors
+        side = 1.0 if offset >= 0 else -1.0
+        oncoming = [
+            Oncoming(
+                o.s - o.length / 2,
+                max(-o.v_along, 0.0),
+                max(-o.v_along, float(a.desired_speed[o.index])),
+                float(a.max_accel[o.index]),
+                float(a.comfort_decel[o.index]),
+                float(a.time_headway[o.index]),
+                float(a.min_gap[o.index]),
+            )
+            for o in seen
+            if o.kind != PEDESTRIAN
+            and not o.static
+            and o.v_along < 0.5
+            and o.s > s_ego
+            and side * o.lat > -1.0
+            and abs(o.lat) < 1.75 * width
+        ]
+        oncoming += next_oncoming_from_flows(world, s_ego, s_ego + SIGHT_M)
+        # clear of a car in the middle of the oncoming lane once our offset is back within this share
+        corridor = ego_w / 2 + self._margin(width, ego_w)
+        share = min(max((width - corridor - ego_w / 2) / max(abs(offset), 0.1), 0.0), 1.0)
+        ramp_part = math.acos(2.0 * share - 1.0) / math.pi  # of the cosine move back
+        ego = EgoPass(
+            s_ego + ego_len / 2,
+            v,
+            max(min(world.ego_speed_limit(), CROSS_SPEED), v),
+            ego_len,
+            back=ego_len + 0.5 + margin,
+            out_at=out_at - OUT_MARGIN_M,
+            out_lead_s=RAMP_S / 2,
+            ramp_s=RAMP_S * ramp_part,
+            ramp_min_speed=RAMP_MIN_SPEED,
+        )
+        return pass_completes(ego, self._obstacle_end(seen, blocker), oncoming)
+
+    def _nudge_offset(self, seen, blocker: Seen, sign: float, ego_w: float, width: float) -> float:
+        """The lateral offset that clears the obstacle ``blocker`` belongs to on side ``sign``."""
+        clear = max(sign * o.lat + o.width / 2 for o in self._obstacle(seen, blocker)) + ego_w / 2 + 0.9
+        return sign * min(max(clear, 1.5), width)
 
     def _stop_line(self, world) -> tuple[float, str | None]:
         return next_stop_line(world, self._stopped_at)
@@ -508,7 +592,11 @@ class Expert(BaseAgent):
             # (at a light, cars standing at theirs are the light's business: only where the junction's
             # own rules decide, a car that stands at its line and goes before us is waited for)
             standing = rule is not None and rule != Rule.SIGNAL
-            conflict = self._conflict(world, run, start - front, v, set(lanes[:k].tolist()), standing)
+            # once it has set off into this junction it keeps going unless a vehicle would hit it (judged
+            # again at every step with the full margin, a gap it took would flicker shut as it moves up)
+            margin = COMMITTED_MARGIN_M if self._crossing == start else CROSS_MARGIN_M
+            conflict = self._conflict(world, run, start - front, v, set(lanes[:k].tolist()), standing, margin)
+            self._crossing = start if conflict is None else None
             if conflict is not None:
                 turning = "left_turn" if turn > 0.5 else "right_turn" if turn < -0.5 else "crossing"
                 why = {Rule.STOP: "stop_sign", Rule.YIELD: "yield_sign"}.get(rule, "merge" if merge else turning)
@@ -562,10 +650,13 @@ class Expert(BaseAgent):
             return None, start
         return Rule(int(j.entry_rule[c.route_path, at[0]])), float(j.entry_hold[c.route_path, at[0]])
 
-    def _conflict(self, world, run, dist, v, queue: set[int], standing: bool) -> str | None:
-        """Id of a vehicle that would reach our path through the junction (its lanes ``run``) while we
-        are on it, if any; vehicles on our own lanes before the junction (``queue``) are our queue; with
-        ``standing``, cars standing first at their line that go before us count as setting off."""
+    def _conflict(
+        self, world, run, dist, v, queue: set[int], standing: bool, margin: float = CROSS_MARGIN_M
+    ) -> str | None:
+        """Id of a vehicle that would reach our path through the junction (its lanes ``run``, which start
+        ``dist`` metres ahead of our front) while we are on it, if any; vehicles on our own lanes before
+        the junction (``queue``) are our queue; with ``standing``, cars standing first at their line that
+        go before us count as setting off; ``margin`` metres of the path are kept clear ahead of and behind us."""
         st, c = world.state, world.compiled
         a = c.actors
         path = np.concatenate([lane.centerline for lane in run])
@@ -575,11 +666,11 @@ class Expert(BaseAgent):
         # the junction path, from -dist); a vehicle conflicts if it comes near the stretch of the path we
         # occupy (our length and a margin either side) at the same time, not anywhere on it at any time
         ego_len = float(a.length[0])
-        t_clear = _time_to_cover(max(dist, 0.0) + length + ego_len + 2.0, v) + (1.5 if v < 1.0 else 0.5)
+        t_clear = _time_to_cover(max(dist + length + ego_len + 2.0, 0.5), v) + (1.5 if v < 1.0 else 0.5)
         taus = np.arange(0.0, t_clear + 0.01, 0.5)
-        ours = _distance_covered(taus, v) - max(dist, 0.0)
-        lo = np.maximum(ours - ego_len - CROSS_MARGIN_M, 0.0)
-        hi = np.minimum(ours + CROSS_MARGIN_M + 2.0, length)
+        ours = _distance_covered(taus, v) - dist
+        lo = np.maximum(ours - ego_len - margin, 0.0)
+        hi = np.minimum(ours + margin + 2.0, length)
         occupied = (along[None, :] >= lo[:, None]) & (along[None, :] <= hi[:, None]) & (hi >= lo)[:, None]
         p_lanes, p_start = c.paths.lanes, c.paths.lane_start
         sig = None

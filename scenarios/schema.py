@@ -194,15 +194,18 @@ class FrontBrake(_Strict):
 
 class ClearBackground(_Strict):
     """While the ego's route arc length is in [``appear_at``, ``leave_at``), background vehicles are
-    kept out of the route's lane between the ego and ``ahead_to`` and, with ``oncoming``, out of the
-    lanes beside the route running the other way up to ``ahead_to`` + ``ONCOMING_BEYOND`` (the
-    Leaderboard's background manager making room for a scenario: LeaveSpaceInFront and
-    ChangeOppositeBehavior(active=False))."""
+    kept out of the route's lane between the ego and ``ahead_to``, with ``oncoming`` out of the lanes
+    beside the route running the other way up to ``ahead_to`` + ``ONCOMING_BEYOND``, and out of the
+    map ``lanes`` listed (the Leaderboard's background manager making room for a scenario:
+    LeaveSpaceInFront, ChangeOppositeBehavior(active=False), and for the junction types
+    HandleJunctionScenario: the ego's entry, the junction itself, the entries a scenario's flow comes
+    from)."""
 
     appear_at: float = Field(ge=0)
     leave_at: float = Field(gt=0)
     ahead_to: float = Field(gt=0)
     oncoming: bool = False
+    lanes: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
 
     @model_validator(mode="after")
     def _sane(self) -> ClearBackground:

@@ -21,7 +21,7 @@ from scenarios import geometry as geo
 from scenarios.banks import load_map
 from scenarios.families import idm_actor, random_path
 from scenarios.maps import DRIVABLE_MARGIN, RoadMap
-from scenarios.schema import ActorSpec, ClearBackground, Scenario
+from scenarios.schema import ActorSpec, Scenario
 from scenarios.towns import lanes_near
 
 OFFROAD_TOLERANCE = 0.3  # metres (nuPlan's drivable-area tolerance)
@@ -64,6 +64,17 @@ class FlowPool:
     lateral: float
     appear_at: float
     leave_at: float
+
+
+@dataclass(frozen=True)
+class ClearZone:
+    """A ``ClearBackground`` zone with its lanes as lane indices."""
+
+    appear_at: float
+    leave_at: float
+    ahead_to: float
+    oncoming: bool
+    lanes: frozenset[int]
 
 
 @dataclass(frozen=True)
@@ -141,7 +152,7 @@ class CompiledScenario:
     flows: tuple[FlowPool, ...] = ()
     idx_timed: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # static actors that leave in time
     front_brakes: tuple[tuple[float, float], ...] = ()  # (route arc length, metres ahead), in order
-    clear_background: tuple[ClearBackground, ...] = ()
+    clear_background: tuple[ClearZone, ...] = ()
     windows: tuple[WindowRows, ...] = ()
     signal_holds: tuple[HoldRows, ...] = ()
     leaderboard_rules: bool = False  # a route file's episode: the Leaderboard's min-speed test
@@ -456,11 +467,22 @@ def _compile(scn: Scenario, road_map: RoadMap) -> CompiledScenario:
             (motion == Motion.STATIC) & (np.isfinite(table.trigger_time) | (table.trigger_distance > 0))
         ),
         front_brakes=tuple(sorted((b.at, b.ahead) for b in scn.front_brakes)),
-        clear_background=tuple(scn.clear_background) if pools else (),
+        clear_background=_clear_zones(scn, lane_index) if pools else (),
         windows=_windows(scn, table.ids),
         signal_holds=_holds(scn, sig_index),
         leaderboard_rules=scn.rules == "leaderboard",
     )
+
+
+def _clear_zones(scn: Scenario, lane_index: dict[str, int]) -> tuple[ClearZone, ...]:
+    out = []
+    for k, z in enumerate(scn.clear_background):
+        unknown = sorted(set(z.lanes) - set(lane_index))
+        if unknown:
+            raise ValueError(f"clear_background[{k}].lanes: no lane {unknown[0]!r} on the map")
+        lanes = frozenset(lane_index[lane] for lane in z.lanes)
+        out.append(ClearZone(z.appear_at, z.leave_at, z.ahead_to, z.oncoming, lanes))
+    return tuple(out)
 
 
 def _holds(scn: Scenario, sig_index: dict[str, int]) -> tuple[HoldRows, ...]:

@@ -359,26 +359,40 @@ def traffic_accel(
                 continue
             if abs(z[o] - z[i]) > LEVEL_GAP:
                 continue
-            reach = 0.5 * (width[i] + width[o]) + OBSTACLE_MARGIN
-            dmin, s_hit, h_hit = np.inf, 0.0, 0.0
-            k = k0
-            while k < n - 1 and p_s[p, k] < front + sight:
-                ax, ay = p_xy[p, k, 0], p_xy[p, k, 1]
-                bx, by = p_xy[p, k + 1, 0] - ax, p_xy[p, k + 1, 1] - ay
-                L2 = bx * bx + by * by
-                t = 0.0 if L2 < 1e-12 else min(max(((x[o] - ax) * bx + (y[o] - ay) * by) / L2, 0.0), 1.0)
-                ex, ey = x[o] - ax - t * bx, y[o] - ay - t * by
-                dist = math.sqrt(ex * ex + ey * ey)
-                if dist < dmin:
-                    dmin, s_hit, h_hit = dist, p_s[p, k] + t * math.sqrt(L2), p_h[p, k]
-                k += 1
-            if dmin < reach and s_hit > front - 0.3:
-                gap = max(s_hit - front - 0.5 * length[o], 0.0)
-                facing = math.cos(yaw[o] - h_hit)
-                if facing < -0.5:  # coming at us in our lane (an overtaker): stop well back
-                    gap = max(gap - HEAD_ON_STANDOFF, 0.0)
-                if gap < best:
-                    best, v_best = gap, max(speed[o] * facing, 0.0)
+            # a vehicle's body as a capsule: its centre and two points (length - width) / 2 to the front
+            # and back, each reaching half its width (a walker: its centre), so a car nosing into the
+            # path is seen as a bounding box would be, not only once its centre is on it
+            spine = max(0.5 * (length[o] - width[o]), 0.0)
+            ends = 1 if spine < 0.25 else 3
+            cy, sy = math.cos(yaw[o]), math.sin(yaw[o])
+            for e in range(ends):
+                off = 0.0 if e == 0 else (spine if e == 1 else -spine)
+                ox, oy = x[o] + off * cy, y[o] + off * sy
+                reach = 0.5 * (width[i] + width[o]) + OBSTACLE_MARGIN
+                dmin, s_hit, h_hit = np.inf, 0.0, 0.0
+                k = k0
+                while k < n - 1 and p_s[p, k] < front + sight:
+                    ax, ay = p_xy[p, k, 0], p_xy[p, k, 1]
+                    bx, by = p_xy[p, k + 1, 0] - ax, p_xy[p, k + 1, 1] - ay
+                    L2 = bx * bx + by * by
+                    t = 0.0 if L2 < 1e-12 else min(max(((ox - ax) * bx + (oy - ay) * by) / L2, 0.0), 1.0)
+                    ex, ey = ox - ax - t * bx, oy - ay - t * by
+                    dist = math.sqrt(ex * ex + ey * ey)
+                    if dist < dmin:
+                        dmin, s_hit, h_hit = dist, p_s[p, k] + t * math.sqrt(L2), p_h[p, k]
+                    k += 1
+                if dmin < reach and s_hit > front - 0.3:
+                    # (the centre's gap counts half the length, as the body lies along the path when
+                    # following; an end point's counts the capsule's radius)
+                    gap = max(s_hit - front - (0.5 * length[o] if e == 0 else 0.5 * width[o]), 0.0)
+                    facing = math.cos(yaw[o] - h_hit)
+                    along = speed[o] * facing
+                    if facing < -0.5:  # coming at us in our lane (an overtaker): stop well back, braking
+                        gap = max(gap - HEAD_ON_STANDOFF, 0.0)  # for the speed we close at (a lead at -along)
+                    else:
+                        along = max(along, 0.0)
+                    if gap < best:
+                        best, v_best = gap, along
         if best < np.inf:
             acc = min(acc, idm(vi, v0, best, v_best, ai, bi, Ti, s0i))
         # 3. signals: first stop line ahead whose light says stop

@@ -390,12 +390,26 @@ class World:
 
     def _clear_background(self) -> None:
         """Background vehicles leave the stretches that live ``ClearBackground`` zones keep clear: the
-        route's lane ahead of the ego and, for some, the lanes beside it running the other way."""
+        route's lane ahead of the ego, for some the lanes beside it running the other way, and the lanes
+        a zone names."""
         st, c = self.state, self.compiled
         live = [z for z in c.clear_background if z.appear_at <= st.progress < z.leave_at]
         if not live:
             return
         rows = self._background_vehicles[st.active[self._background_vehicles]]
+        lanes = frozenset().union(*(z.lanes for z in live))
+        if lanes:  # named lanes (a junction, a flow's entry), wherever the vehicle is
+            p_lanes, p_start = c.paths.lanes, c.paths.lane_start
+            on = np.array(
+                [
+                    p_lanes[st.path_id[i], kernels.lane_slot(p_lanes, p_start, st.path_id[i], st.s[i])] in lanes
+                    for i in rows
+                ],
+                bool,
+            )
+            gone = rows[on]
+            st.active[gone], st.x[gone], st.y[gone], st.speed[gone] = False, 1e6, 1e6, 0.0
+            rows = rows[~on]
         reach = max(z.ahead_to + (ONCOMING_BEYOND if z.oncoming else 0.0) for z in live) - st.route_s + 20.0
         rows = rows[np.hypot(st.x[rows] - st.x[0], st.y[rows] - st.y[0]) < reach]
         for i in rows:

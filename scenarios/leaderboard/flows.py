@@ -26,7 +26,14 @@ def actor_flow(route: RouteFrame, sc: Placed, default_speed: float = 10.0) -> Pl
         raise NotPlaced("the flow's end is not down the lanes from its start")
     near_end, _, _ = geo.project(route.line, route.s_line, end)  # where the ego leaves the flow's reach
     leave = max(float(near_end), sc.s + 60.0) + 40.0
+    # scenario_runner's HandleJunctionScenario: background vehicles leave the ego's lane up to where it
+    # meets the flow (its next junction) and the lanes the flow comes in by (remove_entries)
+    junction = route.junction_after(sc.s, 200.0)
+    ahead_to = junction[1] if junction is not None else sc.s + 60.0
+    into = next((k for k, lane in enumerate(path) if route.road_map.lanes[lane].junction is not None), len(path))
+    room = {"ahead_to": round(ahead_to, 2), "lanes": sorted(set(path[:into]))} | stretch(sc.s, leave)
     return Played(
+        clear_background=[room],
         flows=[
             {
                 "id": sc.id("flow"),
@@ -38,7 +45,7 @@ def actor_flow(route: RouteFrame, sc: Placed, default_speed: float = 10.0) -> Pl
                 **stretch(sc.s, leave),
                 "max_actors": 16,
             }
-        ]
+        ],
     )
 
 
@@ -55,7 +62,8 @@ for _name, _what in _FLOWS.items():
     scenario_type(
         _name,
         f"{_what} (`flow_speed` m/s, `source_dist_interval` m apart, from `start_actor_flow` to `end_actor_flow`)",
-        "one flow (InterurbanAdvancedActorFlow plays the route file's one of its two); the Leaderboard also "
-        "clears background traffic around it",
+        "one flow (InterurbanAdvancedActorFlow plays the route file's one of its two); background traffic "
+        "leaves the ego's lane up to the next junction and the flow's lanes into it (the junction itself "
+        "is not cleared)",
         "Merging",
     )(actor_flow)

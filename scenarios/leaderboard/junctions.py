@@ -84,6 +84,16 @@ class Junction:
             },
         }
 
+    def room(self, sc: Placed, ego_entry: bool = True, entries: list[str] = ()) -> dict:
+        """A ``ClearBackground`` zone from the trigger until the ego is through, as scenario_runner's
+        HandleJunctionScenario makes room for a junction scenario: background vehicles leave the
+        junction (clear_junction), the ego's lane up to the junction's exit (clear_ego_entry) and the
+        ``entries`` lanes a scenario's flow comes in by (remove_entries)."""
+        lanes = sorted({self.ego_lane.id, *(ln.id for ln in self.others), *entries})
+        return {"ahead_to": round(self.exit_s if ego_entry else sc.s + 0.01, 2), "lanes": lanes} | stretch(
+            sc.s, self.exit_s + THROUGH_M
+        )
+
     def my_lights(self) -> set[str]:
         """The lights governing the ego's entry (refused if it has none)."""
         mine, _ = self.signals()
@@ -123,6 +133,7 @@ def junction_flow(
     the ego is between the trigger and 20 m past the junction; with ``signalized``, the junction's lights
     held: the ego's and the flow's green, the rest red."""
     path, s0 = j.path_through(lane, *reach)
+    entries = path[: path.index(lane.id)]  # the flow's lanes into the junction
     played = Played(
         flows=[
             {
@@ -133,7 +144,8 @@ def junction_flow(
                 "gap": list(gap),
                 **stretch(sc.s, j.exit_s + 20.0),
             }
-        ]
+        ],
+        clear_background=[j.room(sc, entries=entries)],
     )
     if signalized:
         theirs = {sid for sid, sig in j.route.road_map.signals.items() if set(path) & set(sig.lanes)}
@@ -240,7 +252,7 @@ def blocked_intersection(route: RouteFrame, sc: Placed) -> Played:
     s = min(j.exit_s + 5.0, route.length - 1.0)
     blocker = static_actor(sc.id("blocker"), route.pose(s), CAR, "vehicle")
     blocker["behaviour"] = {"type": "static", "trigger": {"ego_distance": 13.0}, "remove_after": 10.0}
-    return Played(actors=[blocker | stretch(sc.s, s + 60.0)])
+    return Played(actors=[blocker | stretch(sc.s, s + 60.0)], clear_background=[j.room(sc, ego_entry=False)])
 
 
 @scenario_type(

@@ -167,3 +167,39 @@ def test_the_expert_slows_past_a_standing_car_beside_it_and_brakes_for_its_cut_i
     monkeypatch.setattr(Expert, "_cuts_in", staticmethod(lambda *args: False))
     events, _ = _drive_for(scenario, 20.0)
     assert "collision" in events  # at full speed it cannot stop for a car pulling out beside it
+
+
+def test_once_it_has_set_off_into_a_junction_only_a_vehicle_that_would_hit_it_stops_it(tmp_path, monkeypatch):
+    """A gap taken with the full margin is judged again at every step as the ego moves up, with the
+    margin it keeps once committed: a prediction that tightens as it moves (here, faked: a conflict at
+    the full margin whenever it is moving) does not stop it again half-way to its line."""
+    from agents import expert as expert_module
+
+    scenario = _all_way_stop(tmp_path).model_copy(update={"actors": []})
+
+    def margins_tighten_as_it_moves(self, world, run, dist, v, queue, standing, margin=expert_module.CROSS_MARGIN_M):
+        return "phantom" if margin >= expert_module.CROSS_MARGIN_M and v > 1.0 else None
+
+    monkeypatch.setattr(Expert, "_conflict", margins_tighten_as_it_moves)
+
+    def stops_after_setting_off() -> tuple[int, bool]:
+        env = gym.make("LoopDrive-v0", scenario=scenario, observations=("state",), terminate_on_collision=False)
+        env.reset(seed=0)
+        world, expert = env.unwrapped.world, Expert()
+        expert.reset({"world": world})
+        moving, stops = False, 0
+        for _ in range(60):
+            _, _, terminated, truncated, _ = env.step(expert.act(None).trajectory)
+            v = float(world.state.speed[0])
+            stops += moving and v < 0.3
+            moving = v > 1.0 if not moving else v >= 0.3
+            if terminated or truncated:
+                break
+        return stops, "route_complete" in [e.kind.value for e in world.log]
+
+    stops, done = stops_after_setting_off()
+    assert done and stops <= 1, stops  # (the one stop: at its stop sign, as it comes up at 5 m/s)
+    # the scene is a real test: with the full margin at every step it sets off and stops, again and again
+    monkeypatch.setattr(expert_module, "COMMITTED_MARGIN_M", expert_module.CROSS_MARGIN_M)
+    stops, done = stops_after_setting_off()
+    assert stops >= 3, stops

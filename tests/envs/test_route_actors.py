@@ -1,6 +1,7 @@
 """Actors tied to the ego's route progress: appearing and leaving, actor flows, front-brake events."""
 
 import numpy as np
+import pytest
 
 from envs import World
 from tests.envs.helpers import drive_world, route_plan
@@ -244,3 +245,75 @@ def test_a_window_naming_an_actor_the_scenario_lacks_is_refused(empty_straight):
 
     with pytest.raises(ValidationError, match="not in the scenario"):
         _with(empty_straight, windows=[{"name": "X", "type": "Accident", "start": 1.0, "end": 9.0, "actors": ["nope"]}])
+
+
+def test_a_clear_background_zone_empties_the_lanes_it_names_and_refuses_an_unknown_one(empty_straight):
+    ego = empty_straight.ego
+    oncoming = World(empty_straight).compiled.road_map.lanes[ego.lane].opposite
+    zone = {"appear_at": ego.s + 20, "leave_at": ego.s + 250, "ahead_to": ego.s + 21, "lanes": [oncoming]}
+    background = {"density": 3.0, "radius": 150.0, "max_vehicles": 30}
+    w = World(_with(empty_straight, background=background, clear_background=[zone]))
+    c, rows = w.compiled, w.compiled.background[0].rows
+
+    def on_lane(st, lane_id: str) -> int:
+        lanes = c.paths.lanes[st.path_id[rows], 0]  # (a straight road's paths are one lane each)
+        return int(np.sum(st.active[rows] & (lanes == c.lane_index[lane_id])))
+
+    plain = World(_with(empty_straight, background=background))
+    assert on_lane(w.state, oncoming) > 0
+    while w.state.progress < zone["appear_at"] + 5.0:
+        drive_world(w, lambda w: route_plan(w, 4.0), 1.0)
+        drive_world(plain, lambda w: route_plan(w, 4.0), 1.0)
+    for _ in range(10):  # the whole named lane, not only near the route ahead
+        drive_world(w, lambda w: route_plan(w, 4.0), 1.0)
+        drive_world(plain, lambda w: route_plan(w, 4.0), 1.0)
+        assert on_lane(w.state, oncoming) == 0 and on_lane(plain.state, oncoming) > 0
+    bad = _with(empty_straight, background=background, clear_background=[zone | {"lanes": ["no_such_lane"]}])
+    with pytest.raises(ValueError, match=r"clear_background\[0\]\.lanes: no lane 'no_such_lane'"):
+        World(bad)
+
+
+def test_a_vehicle_stops_for_the_egos_nose_in_its_lane_not_only_its_centre(empty_straight):
+    """Traffic sees the ego's body (a capsule along its length), as CARLA's agents see its bounding box:
+    an ego across the road with only its front in the oncoming lane is braked for."""
+    ego = empty_straight.ego
+    road = World(empty_straight).compiled.road_map
+    lane, oncoming = road.lanes[ego.lane], road.lanes[road.lanes[ego.lane].opposite]
+    idm = {"type": "idm", "desired_speed": 10.0}
+    car = {"id": "car", "lane": oncoming.id, "s": oncoming.length - (ego.s + 60.0), "speed": 10.0, "behaviour": idm}
+    w = World(_with(empty_straight, actors=[car]))
+    st, i = w.state, w.compiled.actors.index("car")
+    across = lane.heading[0] + np.pi / 2  # the ego turns across, towards the oncoming lane
+    centre_line = oncoming.pose_at(oncoming.length - ego.s)[0]  # the car's lane centre beside the ego
+    normal = np.array([np.cos(across), np.sin(across)])
+    st.x[0], st.y[0] = centre_line - 3.0 * normal  # its centre 3 m short of that lane's centre line
+    st.yaw[0], st.speed[0] = across, 0.0
+    for _ in range(100):
+        w.step(-3.0, 0.0)
+    assert not [e for e in w.log if e.kind == "collision"]
+    assert st.speed[i] < 0.5 and np.hypot(st.x[i] - st.x[0], st.y[i] - st.y[0]) > 3.0
+
+
+def test_a_vehicle_brakes_for_the_speed_an_ego_in_its_lane_closes_at(empty_straight):
+    """A driver facing the ego in its lane brakes for the speed they close at: it has slowed down more by
+    the time the gap is down to 40 m when the ego drives at it than when the ego stands there (IDM with
+    the ego as a lead at minus its speed), so an ego passing an obstacle through its lane finds room to
+    pull back in."""
+    ego = empty_straight.ego
+    road = World(empty_straight).compiled.road_map
+    lane, oncoming = road.lanes[ego.lane], road.lanes[road.lanes[ego.lane].opposite]
+    idm = {"type": "idm", "desired_speed": 14.0}
+
+    def speed_at_40_m(ego_speed: float) -> float:
+        """The oncoming car's speed when the gap to the ego, in its lane 90 m ahead of it, is down to 40 m."""
+        car = {"id": "car", "lane": oncoming.id, "s": oncoming.length - (ego.s + 90.0), "speed": 14.0}
+        w = World(_with(empty_straight, actors=[car | {"behaviour": idm}]))
+        st, i = w.state, w.compiled.actors.index("car")
+        st.x[0], st.y[0] = oncoming.pose_at(oncoming.length - ego.s)[0]  # the ego in the oncoming lane
+        st.yaw[0], st.speed[0] = lane.heading[0], ego_speed
+        while np.hypot(st.x[i] - st.x[0], st.y[i] - st.y[0]) > 40.0:
+            w.step(0.0, 0.0)
+        return float(st.speed[i])
+
+    moving, standing = speed_at_40_m(8.0), speed_at_40_m(0.0)
+    assert moving < standing - 1.0, (moving, standing)
