@@ -219,8 +219,9 @@ class ScenarioWindow(_Strict):
     the ego's route arc length reaches ``start`` (its trigger) and is over once the ego passes ``end``.
     Not over within ``timeout_s`` (scenario_runner's ``ScenarioTimeout``): a scenario-timeout infraction,
     and its ``actors`` (actor and flow ids) leave, as scenario_runner destroys them. With ``duration_s``
-    it ends that long after it began (the emergency vehicle drives for 12 s); if its
-    ``emergency_vehicle`` has not got past the ego by then, the ego failed to yield."""
+    it ends that long after it began, or, with an ``emergency_vehicle``, after that vehicle first came
+    within 50 m of the ego (scenario_runner gives the ego 10 s from there); if the vehicle has not got
+    past the ego by then, the ego failed to yield."""
 
     name: str
     type: str

@@ -31,6 +31,7 @@ MAX_STEER = math.radians(45.0)
 MAX_STEER_RATE = 1.2  # rad/s at the road wheels
 MAX_SPEED = 35.0
 BACKGROUND_EVERY = 10  # steps between background-traffic spawn / despawn passes (1 s)
+EMERGENCY_NEAR_M = 50.0  # an emergency vehicle's time (its window's duration_s) starts this close to the ego
 _KIND_NAMES = {Kind.VEHICLE: "vehicle", Kind.PEDESTRIAN: "pedestrian", Kind.CYCLIST: "vehicle", Kind.STATIC: "static"}
 
 
@@ -584,15 +585,22 @@ class World:
     def _scenario_windows(self, t: float) -> list[Event]:
         """Route files: each scenario element begins when the ego reaches its trigger; one not over
         within its time-out is a scenario-timeout infraction and its actors leave; one that lasts a set
-        time (the emergency vehicle's) ends then, and judges whether the ego let the vehicle by."""
+        time (the emergency vehicle's, counted from when the vehicle first comes within EMERGENCY_NEAR_M
+        of the ego, as scenario_runner's InTriggerDistanceToVehicle and Idle do) ends then, and judges
+        whether the ego let the vehicle by."""
         st, c = self.state, self.compiled
         while st.windows_begun < len(c.windows) and c.windows[st.windows_begun].start <= st.progress:
-            st.window_t0[st.windows_begun] = t
+            # (an emergency vehicle's time starts once it is near the ego, below)
+            st.window_t0[st.windows_begun] = t if c.windows[st.windows_begun].emergency_vehicle < 0 else np.inf
             st.windows_open.append(st.windows_begun)
             st.windows_begun += 1
         events: list[Event] = []
         for k in list(st.windows_open):
             w = c.windows[k]
+            e = w.emergency_vehicle
+            if e >= 0 and st.window_t0[k] == np.inf and st.active[e]:
+                if math.hypot(st.x[e] - st.x[0], st.y[e] - st.y[0]) < EMERGENCY_NEAR_M:
+                    st.window_t0[k] = t
             elapsed = t - st.window_t0[k]
             if st.progress < w.end and elapsed < min(w.timeout_s, w.duration_s) - 1e-9:
                 continue
@@ -602,7 +610,6 @@ class World:
                 continue
             if w.timeout_s < w.duration_s:
                 events.append(Event(EventKind.SCENARIO_TIMEOUT, t, scenario=w.name))
-            e = w.emergency_vehicle
             if e >= 0 and st.active[e]:  # the ego still ahead of it along its heading: not let by
                 if math.cos(st.yaw[e]) * (st.x[0] - st.x[e]) + math.sin(st.yaw[e]) * (st.y[0] - st.y[e]) > 0:
                     events.append(Event(EventKind.YIELD_EMERGENCY_VEHICLE, t, scenario=w.name))

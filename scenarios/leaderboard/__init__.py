@@ -65,7 +65,7 @@ TIMEOUTS = {
         180.0,
     ),
 }
-EMERGENCY_DRIVE_S = 12.0  # the emergency vehicle drives this long, then the test: did it get past the ego?
+EMERGENCY_IDLE_S = 10.0  # from when the emergency vehicle is within 50 m of the ego, then the test: is it past?
 
 
 @dataclass
@@ -112,11 +112,11 @@ def play(lanes: list[str], road_map: RoadMap, scenarios: list[tuple[str, str, di
 
 def _windows(sc: Placed, part: Played) -> list[dict]:
     """The element's ``ScenarioWindow``: timed out after ``TIMEOUTS`` unless the ego is past its actors
-    by then; the emergency vehicle's ends after ``EMERGENCY_DRIVE_S``."""
+    by then; the emergency vehicle's ends ``EMERGENCY_IDLE_S`` after it came near the ego."""
     ids = [a["id"] for a in [*part.actors, *part.flows]]
     window = {"name": sc.name, "type": sc.type, "start": round(sc.s, 2), "actors": ids}
     if sc.type == "YieldToEmergencyVehicle":
-        return [window | {"duration_s": EMERGENCY_DRIVE_S, "emergency_vehicle": sc.id("emergency")}]
+        return [window | {"duration_s": EMERGENCY_IDLE_S, "emergency_vehicle": sc.id("emergency")}]
     if sc.type not in TIMEOUTS:
         return []
     ends = [x["leave_at"] for x in [*part.actors, *part.flows, *part.clear_background] if x.get("leave_at")]

@@ -21,7 +21,7 @@ from scenarios.leaderboard.crossings import nearest_lane
 from scenarios.towns import route_between
 
 END_DISTANCE = 50.0
-EMERGENCY_EXTRA_SPEED = 15.0  # m/s over the traffic's speed (scenario_runner: over the ego's)
+EMERGENCY_EXTRA_SPEED = 15.0  # m/s over the lane's limit (scenario_runner: 25 km/h over the ego's speed, adapting)
 
 
 def _cut_in(
@@ -141,9 +141,10 @@ def hard_break_route(route: RouteFrame, sc: Placed) -> Played:
 @scenario_type(
     "YieldToEmergencyVehicle",
     "an emergency vehicle comes up from `distance` m behind the trigger, 15 m/s faster than the traffic, "
-    "and drives for 12 s; the ego should move to another lane to let it by (failing to: an infraction)",
-    "its speed is the lane's limit + 15 m/s (scenario_runner: the ego's speed + 15 m/s); it drives IDM and "
-    "stays behind the ego if not let by",
+    "the background traffic leaving the route's lane; the ego should move to another lane to let it by "
+    "within 10 s of the vehicle coming within 50 m (failing to: an infraction)",
+    "its speed is the lane's limit + 15 m/s (scenario_runner: the ego's speed + 25 km/h, adapting); it "
+    "drives IDM and stays behind the ego if not let by",
     "Give Way",
 )
 def yield_to_emergency_vehicle(route: RouteFrame, sc: Placed) -> Played:
@@ -175,5 +176,10 @@ def yield_to_emergency_vehicle(route: RouteFrame, sc: Placed) -> Played:
                 },
                 **stretch(sc.s, sc.s + 600.0),
             }
-        ]
+        ],
+        # scenario_runner's RemoveRoadLane: the background traffic leaves the lane the vehicle comes along
+        clear_background=[
+            {"ahead_to": round(sc.s + 1.0, 2), "lanes": route.lanes_from(behind, distance + 300.0)}
+            | stretch(sc.s, sc.s + 600.0)
+        ],
     )

@@ -239,6 +239,20 @@ def test_the_ego_fails_to_yield_when_the_emergency_vehicle_is_still_behind_it(em
         assert not w.state.active[w.compiled.actors.index("ev")]  # it leaves when its time is up
 
 
+def test_an_emergency_vehicles_time_starts_when_it_comes_within_50_m(empty_straight):
+    """scenario_runner gives the ego 10 s from when the vehicle is within 50 m (InTriggerDistanceToVehicle,
+    Idle), not from the trigger: one that stands 60 m behind never starts its clock, one 45 m behind does."""
+    ego = empty_straight.ego.model_copy(update={"s": 100.0})
+    for gap, judged in ((-60.0, False), (-45.0, True)):
+        ev = {"id": "ev", "lane": ego.lane, "s": ego.s + gap, "behaviour": {"type": "static"}}
+        window = {"name": "EV_1", "type": "YieldToEmergencyVehicle", "start": ego.s, "duration_s": 3.0}
+        windows = [window | {"actors": ["ev"], "emergency_vehicle": "ev"}]
+        w = World(_with(empty_straight, ego=ego.model_dump(mode="json"), actors=[ev], windows=windows))
+        events = drive_world(w, lambda w: route_plan(w, 0.0), 8.0)  # the ego stands: the gap stays
+        assert len([e for e in events if e.kind == "yield_emergency_vehicle"]) == int(judged)
+        assert bool(w.state.window_over[0]) == judged
+
+
 def test_a_window_naming_an_actor_the_scenario_lacks_is_refused(empty_straight):
     import pytest
     from pydantic import ValidationError

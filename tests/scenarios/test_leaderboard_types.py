@@ -128,7 +128,7 @@ def test_each_element_is_timed_and_judged_as_scenario_runner_does(town01_route):
         x["leave_at"] for x in out.played.actors + out.played.flows if x["id"] in parked["actors"]
     )
     assert any(f["id"] in parked["actors"] for f in out.played.flows)  # its oncoming flow stops with it
-    assert ev["duration_s"] == 12.0 and ev["emergency_vehicle"] in ev["actors"] and "timeout_s" not in ev
+    assert ev["duration_s"] == 10.0 and ev["emergency_vehicle"] in ev["actors"] and "timeout_s" not in ev
     vehicle = next(a for a in out.played.actors if a["id"] == ev["emergency_vehicle"])
     lane = road_map.lanes[vehicle["lane"]]
     assert vehicle["speed"] == pytest.approx(lane.speed_limit + 15.0, abs=0.01)  # 15 m/s faster than the traffic
