@@ -41,6 +41,29 @@ def bootstrap_ci(
     return (float(lo), float(hi))
 
 
+def clustered_bootstrap_ci(
+    values: Sequence[float],
+    clusters: Sequence[str],
+    level: float = 0.95,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean that resamples whole clusters (the runs of one route
+    path), as correlated runs are one sample, not several."""
+    x = np.asarray(values, float)
+    names = sorted(set(clusters))
+    if len(x) == 0:
+        return (float("nan"), float("nan"))
+    index = {c: k for k, c in enumerate(names)}
+    of = np.array([index[c] for c in clusters])
+    sums, counts = np.bincount(of, x, len(names)), np.bincount(of, None, len(names))
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(names), (samples, len(names)))
+    means = sums[picks].sum(1) / counts[picks].sum(1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return (float(lo), float(hi))
+
+
 def scored(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The episodes that count, in a fixed order: one rule, by status. ``ok``, ``agent_error`` and
     ``timeout`` are the agent's (scored with the metrics reached, as the Leaderboard scores a crashed
@@ -144,6 +167,10 @@ def summarize(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[s
         # the Leaderboard 2.0's own Driving Score also scales by the min-speed infractions (Bench2Drive's
         # and the headline ``suites.leaderboard`` do not)
         out["driving_score_min_speed"] = _stat([_leaderboard(r, "score_min_speed") for r in done])
+        paths = [next((t for t in r["tags"] if t.startswith("path:")), r["key"]) for r in done]
+        if done and len(set(paths)) < len(done):  # a path driven more than once: one sample, not several
+            scores = [suite_score(r, "leaderboard") for r in done]
+            out["route_paths"] = {"n": len(set(paths)), "ci95": list(clustered_bootstrap_ci(scores, paths))}
     out["provenance"] = {"git": meta.get("git"), "config": meta.get("config")}
     return out
 

@@ -189,6 +189,10 @@ def _eval(args: argparse.Namespace) -> int:
             f"{summary['success_rate']:.1f}% over {ep['total']}/{ep['expected']} episodes "
             f"({ep['agent_error']} agent errors, {ep['timeout']} timeouts, {ep['infra_error']} infra errors)"
         )
+    paths = summary.get("route_paths")
+    if paths:
+        lo, hi = paths["ci95"]
+        print(f"95% CI over the {paths['n']} distinct route paths (their runs resampled together): {lo:.1f}-{hi:.1f}")
     with_min_speed = summary.get("driving_score_min_speed") or {}
     if with_min_speed.get("mean") is not None:
         print(f"driving score with the min-speed infraction (Leaderboard 2.0): {with_min_speed['mean']:.1f}")

@@ -284,6 +284,13 @@ def plan_route(route: Route, road_map: RoadMap, max_offset: float = 5.0) -> Rout
     return RoutePlan(lanes, float(s_line[-1]), offsets, attached, unplaced, start_s, float(goal_s))
 
 
+def path_tag(route: Route) -> str:
+    """``path:<crc32>`` of the route's town and keypoints: the Leaderboard 2.0 files drive each path
+    several times (another weather), and runs of one path are not independent samples."""
+    points = ";".join(f"{k.x:.1f},{k.y:.1f}" for k in route.keypoints)
+    return f"path:{zlib.crc32(f'{route.town}|{points}'.encode()):08x}"
+
+
 def route_scenario(
     route: Route, plan: RoutePlan, map_file: str | Path, road_map: RoadMap, seed: int = 0, strict: bool = False
 ) -> Scenario:
@@ -345,7 +352,7 @@ def route_scenario(
         "rules": "leaderboard",
         "signals": signal_plans(road_map, rng) | played.played.signals,
         "duration_s": round(min(MAX_DURATION_S, time_budget(road_map, plan.lanes, goal)), 1),
-        "tags": ["route", route.town, *[f"scenario:{t}" for t in types]],
+        "tags": ["route", route.town, path_tag(route), *[f"scenario:{t}" for t in types]],
     }
     return Scenario.model_validate(data)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +165,23 @@ def test_a_route_file_is_a_bank_made_in_memory_with_the_refused_routes_named(tmp
     assert list(tmp_path.iterdir()) == [tmp_path / "routes.xml"]  # nothing written: a route file is never converted
     assert load_bank(spec.to_string()).scenarios[0] == scn  # the same scenarios each time (seeded by route id)
     assert load_bank(RouteBankSpec(spec.file, spec.maps, "1").to_string()).scenarios == []
+
+
+def test_runs_of_one_route_path_share_a_tag_and_resample_together():
+    """The Leaderboard 2.0 files drive each path three times (another weather): the runs carry one
+    ``path:`` tag, and the interval that resamples whole paths is wider than the one that takes the
+    copies for independent routes."""
+    from evaluation.summary import bootstrap_ci, clustered_bootstrap_ci
+    from scenarios.routes import path_tag
+
+    r0, r1 = read_routes(ROUTES / "lb1_routes_training_town01_04_06.xml", ["0", "1"])
+    assert path_tag(r0) == path_tag(replace(r0, id="30", weathers=({"cloudiness": 80.0},))) != path_tag(r1)
+    scores = [10.0, 90.0, 50.0, 30.0]
+    paths = ["a", "b", "c", "d"]
+    copied = [x for x in scores for _ in range(3)], [p for p in paths for _ in range(3)]
+    assert clustered_bootstrap_ci(*copied) == pytest.approx(clustered_bootstrap_ci(scores, paths))
+    naive, clustered = bootstrap_ci(copied[0]), clustered_bootstrap_ci(*copied)
+    assert clustered[1] - clustered[0] > 1.4 * (naive[1] - naive[0])
 
 
 def test_loopdrive_eval_runs_a_route_file_and_resumes(tmp_path):
