@@ -238,10 +238,7 @@ class Expert(BaseAgent):
                 # a point to be able to stop at (we pull out as we go, so not a lead to keep a gap to)
                 # (our front reaches its rear at ``heading_to``; swinging away from it, that is what counts)
                 heading_to = st.lateral + max(gap + ego_len / 2, 0.0) * math.sin(st.heading_error)
-                apart = abs(o.lat - heading_to)
-                if apart <= abs(o.lat - st.lateral):
-                    apart = min(apart, abs(o.lat - st.lateral))
-                if apart < (ego_w + o.width) / 2 + 0.2:
+                if abs(o.lat - heading_to) < (ego_w + o.width) / 2 + 0.2:
                     clip_gap = gap
                 continue
             # in the way if the path we plan (the body follows it: at each metre ahead it lies at the
@@ -277,16 +274,7 @@ class Expert(BaseAgent):
         stops = [g for g in (ped_gap, stop_gap, yield_gap, clip_gap) if math.isfinite(g)]
         speed_cap = self.caution_speed if caution is not None else math.inf
         ss, vs = speed_profile(
-            c.route_s,
-            cap,
-            s_ego,
-            v,
-            (lead_gap, lead_v),
-            stops,
-            self.T,
-            self.s0,
-            speed_cap,
-            max_decel=7.0,
+            c.route_s, cap, s_ego, v, (lead_gap, lead_v), stops, self.T, self.s0, speed_cap, max_decel=7.0
         )
         pts, hs = geo.interpolate(c.route_xy, c.route_s, ss)
         lat = lateral_ahead(ss - s_ego)
@@ -440,8 +428,8 @@ class Expert(BaseAgent):
 
     def _make_way(self, world, seen, s_ego, width, corridor, nb, reasons) -> bool:
         """An emergency vehicle coming up behind us in our lane: move over to a free same-direction lane
-        beside and let it by (the Leaderboard's YieldToEmergencyVehicle), early enough that it has passed
-        before its 12 s are up (15 m/s faster, it comes from 120 m behind in 8 s)."""
+        beside and let it by (the Leaderboard's YieldToEmergencyVehicle), early enough that it is past
+        within its 10 s from 50 m behind (15 m/s faster, it comes from 120 m behind in 8 s)."""
         rows = {w.emergency_vehicle for w in world.compiled.windows if w.emergency_vehicle >= 0}
         v = float(world.state.speed[0])
         ev = next(

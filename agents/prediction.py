@@ -1,12 +1,12 @@
 """How the traffic around the expert will move, predicted with the world's own driver model.
 
-The world's drivers follow IDM and brake for a car coming at them in their lane as soon as they see it
-(``kernels.HEAD_ON_RANGE``), stopping ``kernels.HEAD_ON_STANDOFF`` further back than behind a car they
-follow; actor flows let a new vehicle in at their source whenever the newest one is its gap down the
-path. The expert asks these functions before it commits to a move whose outcome depends on them: a
-pass through the oncoming lane is only worth starting if it ends back in lane before the oncoming
-traffic, braking for it, stands in its way (one that stops in front of it leaves it beside the obstacle
-in the oncoming lane for good).
+The world's drivers follow IDM and brake for a car coming at them in their lane, for the speed they
+close at, as soon as they see it (``kernels.HEAD_ON_RANGE``), stopping ``kernels.HEAD_ON_STANDOFF``
+further back than behind a car they follow; actor flows let a new vehicle in at their source whenever
+the newest one is its gap down the path. The expert asks these functions before it commits to a move
+whose outcome depends on them: a pass through the oncoming lane is only worth starting if it ends
+back in lane before the oncoming traffic, braking for it, stands in its way (one that stops in front
+of it leaves it beside the obstacle in the oncoming lane for good).
 """
 
 from __future__ import annotations

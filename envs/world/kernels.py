@@ -365,10 +365,10 @@ def traffic_accel(
             spine = max(0.5 * (length[o] - width[o]), 0.0)
             ends = 1 if spine < 0.25 else 3
             cy, sy = math.cos(yaw[o]), math.sin(yaw[o])
+            reach = 0.5 * (width[i] + width[o]) + OBSTACLE_MARGIN
             for e in range(ends):
                 off = 0.0 if e == 0 else (spine if e == 1 else -spine)
                 ox, oy = x[o] + off * cy, y[o] + off * sy
-                reach = 0.5 * (width[i] + width[o]) + OBSTACLE_MARGIN
                 dmin, s_hit, h_hit = np.inf, 0.0, 0.0
                 k = k0
                 while k < n - 1 and p_s[p, k] < front + sight:
