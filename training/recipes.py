@@ -158,6 +158,8 @@ class RLSection(_Section):
     temperature: float = Field(1.0, gt=0)  # of the reasoning's sampling (and of its log-probs)
     dual_clip: float | None = Field(10.0, gt=1)  # dual-clip c for negative advantages (None: off)
     kl_coef: float = Field(0.0, ge=0)  # k3 KL to the frozen starting policy (init_from), on the sampled chains
+    bc_weight: float = Field(0.0, ge=0)  # + w x SFT loss on the recipe's [data] per learner step (BC anchor)
+    bc_batch: int = Field(16, ge=1)  # demonstrations per learner step
     epochs: int = Field(1, ge=1)
     minibatch: int = Field(32, ge=1)
     lr: float = Field(1e-5, gt=0)
@@ -232,8 +234,6 @@ class GRPOSection(RLSection):
     reasoning_weight: float = Field(1.0, ge=0)  # weight of the reasoning tokens' clipped objective
     consistency_weight: float = Field(0.0, ge=0)  # + w x mean reasoning-action consistency in the score
     critic: str = "rules"  # "rules", "hf:/local/model", "http://host:port" (OpenAI-compatible)
-    bc_weight: float = Field(0.0, ge=0)  # + w x SFT loss on the recipe's [data] (ReCogDrive's BC term)
-    bc_batch: int = Field(16, ge=1)
 
 
 class PPOSection(RLSection):
@@ -246,6 +246,9 @@ class PPOSection(RLSection):
     vf_coef: float = Field(0.5, ge=0)
     vf_clip: float = Field(10.0, gt=0)
     vf_lr: float = Field(1e-3, gt=0)  # the VLA's value head: its own optimiser (a fresh head needs larger steps)
+    # what the VLA's critic reads: the policy's state features, or those and the simulator's privileged
+    # state (the nearest actors, the next stop line): an asymmetric actor-critic
+    value_inputs: Literal["policy", "privileged"] = "policy"
     batch_steps: int = Field(400, ge=1)  # decisions per PPO iteration (whole episodes)
 
 

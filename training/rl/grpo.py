@@ -31,10 +31,10 @@ from agents.policy import load_policy
 from loopdrive.seeding import derive_seed
 from loopdrive.seeding import rng as seeded_rng
 from training.checkpoints import Checkpointer, load_trainer_state
-from training.data import DrivingDataset
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, before_first_step, finish, last_step_of_this_run
 from training.recipes import GRPORecipe, GRPOSection, RecipeError
+from training.rl.demonstrations import Demonstrations
 from training.rl.losses import ClipConfig, group_advantages, informative_groups, policy_loss
 from training.rl.module import as_noise_level
 from training.rl.rollouts import Rollout, RolloutWorkers, Task
@@ -236,22 +236,6 @@ def update(
     return {k: float(np.mean(v)) for k, v in stats.items()}
 
 
-class Demonstrations:
-    """The recipe's SFT data as a behaviour-cloning anchor: the same losses as SFT on seeded batches."""
-
-    def __init__(self, recipe: GRPORecipe) -> None:
-        self.data = DrivingDataset(recipe.data.path, max_gb=recipe.data.max_gb)
-        self.recipe = recipe
-
-    def loss(self, policy, step: int) -> torch.Tensor:
-        rng = seeded_rng("demonstrations", self.recipe.seed, step)
-        idx = np.sort(rng.choice(len(self.data), size=min(self.recipe.rl.bc_batch, len(self.data)), replace=False))
-        obs, reasoning, target = self.data.batch(idx)
-        gen = torch.Generator(device=policy.device).manual_seed(int(rng.integers(2**31)))
-        losses = policy.losses(obs, reasoning, torch.from_numpy(target).to(policy.device), generator=gen)
-        return losses["flow"] + (losses["text"] if self.recipe.rl.train != "expert" else 0.0)
-
-
 def train_grpo(
     recipe: GRPORecipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None, evaluate_fn=None
 ) -> dict[str, Any]:
@@ -277,7 +261,9 @@ def train_grpo(
     scene_facts = rl.reasoning and rl.consistency_weight > 0
     env = env_config(recipe, policy.camera_size, scene_facts)
     workers = RolloutWorkers(env, model_config, rl.env_runners, recipe.seed, rl.envs_per_runner)
-    demos = Demonstrations(recipe) if rl.bc_weight > 0 else None
+    demos = None
+    if rl.bc_weight > 0:
+        demos = Demonstrations(recipe.data.path, recipe.seed, rl.bc_batch, rl.train != "expert", recipe.data.max_gb)
     pool = scenario_pool(recipe)
     logger = MetricsLogger(run_dir, resume_step=iteration)
     before_first_step(recipe, start_path, evaluate_fn, logger, run_dir)

@@ -7,14 +7,17 @@
 - ``forward_inference`` is the deterministic plan (the ODE from ``eval_noise`` x the prior's sample).
 - ``forward_train`` recomputes ``action_logp`` of the stored chains (with grad).
 - ``compute_values``: a small MLP on the action expert's state features (ego state, route, command),
-  the critic for PPO's GAE.
+  the critic for PPO's GAE; with ``value_inputs = "privileged"`` also on the simulator's state vector
+  (route points, the 8 nearest actors, the next stop line: the ``state`` observation), an asymmetric
+  actor-critic: the critic only trains, so it may see what the cameras show the policy only as pixels.
 
 ``model_config``: ``path`` (a saved VLA folder, readable where the module is built), ``noise_level``,
 ``stochastic`` ("one" | "all"), ``eval_noise``, ``train`` ("expert" freezes the VLM), ``seed``,
-``threads`` (torch threads on a runner), ``init_noise`` (scale of the flow's starting noise when
-exploring; 0 explores around the deterministic plan), ``flow_steps`` (denoising steps of acting and
-exploring; None: the model's own, which the saved checkpoint keeps), ``reasoning`` and ``temperature``: sample the
-Chain-of-Causation before the trajectory; the action's log-prob is then the joint one (reasoning
+``threads`` (torch threads on a runner), ``value_inputs`` ("policy" | "privileged"), ``init_noise``
+(scale of the flow's starting noise when exploring; 0 explores around the deterministic plan),
+``flow_steps`` (denoising steps of acting and exploring; None: the model's own, which the saved
+checkpoint keeps), ``reasoning`` and ``temperature``: sample the Chain-of-Causation before the
+trajectory; the action's log-prob is then the joint one (reasoning
 tokens + chain), and ``reasoning_ids`` (padded with -1), ``text_logp`` and ``traj_logp`` are kept.
 """
 
@@ -31,6 +34,7 @@ from torch import nn
 
 from agents.policy import load_policy
 from agents.vla.model import STATE_FEATURES, state_features
+from envs.observations import EGO_STATE_DIM, STATE_DIM
 
 CHAIN, SMASK = "chain", "smask"
 REASONING_IDS, TEXT_LOGP, TRAJ_LOGP = "reasoning_ids", "text_logp", "traj_logp"
@@ -48,11 +52,21 @@ def as_noise_level(level: float | list[float]) -> float | tuple[float, ...]:
     return float(level) if isinstance(level, int | float) else tuple(float(v) for v in level)
 
 
+PRIVILEGED = "state"  # the observation an asymmetric critic reads besides the policy's state features
+
+
+def value_features(obs: dict[str, Any], privileged: bool) -> np.ndarray:
+    """The critic's input: the action expert's state features (the route even when the policy does not
+    read it), and with ``privileged`` the state vector past its (unscaled) ego part."""
+    feats = state_features(obs)
+    return np.concatenate([feats, np.asarray(obs[PRIVILEGED], np.float32)[EGO_STATE_DIM:]]) if privileged else feats
+
+
 class ValueHead(nn.Module):
-    def __init__(self, hidden: int = 64) -> None:
+    def __init__(self, inputs: int = STATE_FEATURES, hidden: int = 64) -> None:
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(STATE_FEATURES, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1)
+            nn.Linear(inputs, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1)
         )
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
@@ -75,7 +89,9 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         self.init_noise = float(mc.get("init_noise", 1.0))
         self.flow_steps = int(mc["flow_steps"]) if mc.get("flow_steps") else None
         self.vla.set_trainable(str(mc.get("train", "both")))  # what the policy gradient moves (+ the value head)
-        self.value_head = ValueHead()
+        self.privileged_critic = mc.get("value_inputs", "policy") == "privileged"
+        extra = STATE_DIM - EGO_STATE_DIM if self.privileged_critic else 0
+        self.value_head = ValueHead(STATE_FEATURES + extra)
         self.generator = torch.Generator().manual_seed(int(mc.get("seed", 0)))
 
     # --- acting (env runners) ------------------------------------------------------------------------------
@@ -137,6 +153,6 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         obs = observations_from_batch(batch[Columns.OBS])
-        # the critic reads the route even when the policy does not (route_inputs = false): it only trains
-        feats = torch.from_numpy(np.stack([state_features(o) for o in obs])).to(self.vla.device)
+        feats = np.stack([value_features(o, self.privileged_critic) for o in obs])
+        feats = torch.from_numpy(feats).to(self.vla.device)
         return self.value_head(feats)

@@ -6,6 +6,8 @@ RLlib's PPO loss reads log-probs from an action distribution, and a flow policy 
 log-prob is that of the stored denoising chain. The loss is the clipped surrogate with the
 optional dual-clip (:func:`training.rl.losses.clipped_loss`) plus the clipped value loss; there is
 no entropy bonus (the flow has no closed-form entropy; exploration is the SDE's noise level).
+Two optional anchors: a k3 KL to the start on the sampled chains (``rl.kl_coef``) and the SFT loss on
+a batch of the recipe's demonstrations per minibatch (``rl.bc_weight``, :mod:`training.rl.demonstrations`).
 
 ``rl.policy = "mlp_state"`` or ``"cnn_bev"`` trains RLlib's default MLP / CNN module instead, on
 the state vector or the BEV image with (accel, steer) control: a classic reference beside the VLA.
@@ -34,6 +36,7 @@ from training.checkpoints import save_checkpoint
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, before_first_step, finish, last_step_of_this_run
 from training.recipes import PPORecipe, RecipeError
+from training.rl.demonstrations import Demonstrations
 from training.rl.losses import ClipConfig, clipped_loss, k3_kl, log_ratio
 from training.rl.setup import connect_ray, env_config, module_config, starting_point
 
@@ -93,6 +96,16 @@ class FlowPPOLearner(PPOTorchLearner):
             self._reference = load_policy(config.learner_config_dict["reference"]).eval().requires_grad_(False)
         return self._reference
 
+    def demonstrations(self, config) -> Demonstrations | None:
+        """The behaviour-cloning anchor's data (``rl.bc_weight``), opened once; None without one."""
+        bc = config.learner_config_dict.get("bc")
+        if bc is None:
+            return None
+        if getattr(self, "_demonstrations", None) is None:
+            self._demonstrations = Demonstrations(bc["path"], bc["seed"], bc["batch"], bc["with_text"], bc["max_gb"])
+            self._bc_steps = 0
+        return self._demonstrations
+
     def compute_loss_for_module(self, *, module_id, config, batch: dict[str, Any], fwd_out: dict[str, Any]):
         module = self.module[module_id].unwrapped()
         mask = batch.get(Columns.LOSS_MASK)
@@ -119,6 +132,12 @@ class FlowPPOLearner(PPOTorchLearner):
             kl = mean(k3_kl(logp, logp_ref))
             total = total + kl_coef * kl
             self.metrics.log_dict({"kl_ref": kl}, key=module_id, window=1)
+        demos = self.demonstrations(config)
+        if demos is not None:  # the SFT loss on a batch of demonstrations, once per minibatch
+            bc = demos.loss(module.vla, self._bc_steps)
+            self._bc_steps += 1
+            total = total + config.learner_config_dict["bc"]["weight"] * bc
+            self.metrics.log_dict({"bc_loss": bc}, key=module_id, window=1)
         self.metrics.log_dict(
             {
                 POLICY_LOSS_KEY: mean(policy),
@@ -136,13 +155,20 @@ class FlowPPOLearner(PPOTorchLearner):
 def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, int]):
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from training.rl.module import VLAModule
+    from training.rl.module import PRIVILEGED, VLAModule
     from training.rl.rollouts import env_runner_config
 
     rl = recipe.rl
     if rl.policy == "vla":
-        model_config = module_config(recipe, model_path) | {"train": rl.train, "seed": recipe.seed}
-        spec, env_cfg = RLModuleSpec(module_class=VLAModule, model_config=model_config), env_config(recipe, image_size)
+        model_config = module_config(recipe, model_path) | {
+            "train": rl.train,
+            "seed": recipe.seed,
+            "value_inputs": rl.value_inputs,
+        }
+        env_cfg = env_config(recipe, image_size)
+        if rl.value_inputs == "privileged":  # the critic's extra observation (the policy never reads it)
+            env_cfg["observations"].append(PRIVILEGED)
+        spec = RLModuleSpec(module_class=VLAModule, model_config=model_config)
     else:  # a classic baseline: RLlib's default MLP (state) or CNN (BEV) module, with (accel, steer) control
         spec, env_cfg = RLModuleSpec(model_config=BASELINE_MODELS[rl.policy]), baseline_env_config(recipe)
     config = (
@@ -169,11 +195,27 @@ def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, 
                 "vf_lr": rl.vf_lr,
                 "kl_coef": rl.kl_coef,
                 "reference": str(Path(recipe.init_from).resolve()) if recipe.init_from else None,
+                "bc": demonstrations_config(recipe),
             },
         )
         .callbacks(EpisodeTermsCallback)
     )
     return config.build_algo()
+
+
+def demonstrations_config(recipe: PPORecipe) -> dict[str, Any] | None:
+    """What the learner needs to open the BC anchor's data (plain values: RLlib copies its config)."""
+    rl = recipe.rl
+    if rl.bc_weight <= 0:
+        return None
+    return {
+        "path": str(Path(recipe.data.path).resolve()),
+        "seed": recipe.seed,
+        "batch": rl.bc_batch,
+        "with_text": rl.train != "expert",
+        "max_gb": recipe.data.max_gb,
+        "weight": rl.bc_weight,
+    }
 
 
 BASELINE_MODELS = {
@@ -210,6 +252,8 @@ def train_ppo(
     rl = recipe.rl
     if rl.kl_coef > 0 and (rl.policy != "vla" or not recipe.init_from):
         raise RecipeError('rl.kl_coef anchors a VLA to its start: it needs policy = "vla" and init_from')
+    if rl.bc_weight > 0 and rl.policy != "vla":
+        raise RecipeError('rl.bc_weight anchors a VLA to its SFT data: it needs policy = "vla"')
     if rl.policy != "vla":
         return _train_baseline(recipe, run_dir, resume, progress)
     ckpt, start = starting_point(recipe, run_dir, resume)
@@ -309,7 +353,7 @@ def _flatten_result(result: dict[str, Any]) -> dict[str, float]:
         if isinstance(timers.get(key), int | float):
             out[f"time/{name}"] = float(timers[key])
     learner = result.get("learners", {}).get("default_policy", {})
-    keys = ("policy_loss", "vf_loss", "clip_fraction", "ratio_mean", "approx_kl_old", "kl_ref")
+    keys = ("policy_loss", "vf_loss", "clip_fraction", "ratio_mean", "approx_kl_old", "kl_ref", "bc_loss")
     for key in learner:
         if key in keys or (key.startswith("gradients_") and key.endswith("_global_norm")):
             out[f"learner/{key}"] = float(learner[key])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -125,6 +126,69 @@ def test_ppo_kl_anchor_scores_the_samples_under_the_frozen_start(ray_local, tiny
     assert float(k3_kl(torch.tensor([0.0]), torch.tensor([0.0]))) == 0.0
     baseline = _rl_recipe("ppo", Path("unused"), policy="mlp_state", kl_coef=0.5)
     with pytest.raises(RecipeError, match="kl_coef"):
+        train_ppo(baseline, "unused_run", progress=False)
+
+
+def test_ppo_privileged_critic_reads_the_actors_the_policy_sees_only_as_pixels(ray_local, tiny_vla):
+    from ray.rllib.core.columns import Columns
+
+    from envs.observations import EGO_STATE_DIM, N_NEIGHBOURS, ROUTE_POINTS
+    from training.rl.env import RLDriveEnv
+    from training.rl.ppo import build_algorithm, learner_module
+
+    recipe = _rl_recipe("ppo", tiny_vla, value_inputs="privileged", vf_lr=1e-2)
+    algo = build_algorithm(recipe, tiny_vla, (56, 112))
+    try:
+        result = algo.train()  # the runners' observations carry the state vector, or the critic fails
+        module = learner_module(algo)
+        env = RLDriveEnv(algo.config.env_config | {"tasks": [("lead_brake-000", 0)]})
+        obs, _ = env.reset()
+        env.close()
+        assert set(obs) > {"cameras", "state"}
+        moved = dict(obs, state=obs["state"].copy())
+        actors = EGO_STATE_DIM + 2 * (ROUTE_POINTS // 2)  # the neighbours' features start after the route's
+        moved["state"][actors : actors + 8 * N_NEIGHBOURS] = 0.0  # no actor near the ego (its lead vehicle gone)
+        batch = {k: torch.as_tensor(np.stack([obs[k], moved[k]])) for k in obs}
+        with torch.no_grad():
+            values = module.compute_values({Columns.OBS: batch})
+            plans = [module.vla.act_batch([o], reasoning=False, noise_scale=0.0)[0]["trajectory"] for o in (obs, moved)]
+    finally:
+        algo.stop()
+    assert np.isfinite(result["learners"]["default_policy"]["vf_loss"])
+    assert float(values[0]) != float(values[1])  # the critic sees the lead vehicle ...
+    assert np.array_equal(plans[0], plans[1])  # ... the policy does not read the state vector
+
+
+def test_ppo_behaviour_cloning_anchor_pulls_the_flow_head_to_the_demonstrations(ray_local, tiny_vla, tmp_path):
+    from agents.vla.model import VLA
+    from training.data import CollectSettings, collect
+    from training.recipes import RecipeError
+    from training.rl.demonstrations import Demonstrations
+    from training.rl.ppo import build_algorithm, learner_module, train_ppo
+
+    data = tmp_path / "demo.zarr"
+    settings = CollectSettings(bank="smoke", split=None, scenarios=["lead_brake-000"], n_frames=1, chunk=16)
+    collect(settings, data, progress=False)
+    recipe = _rl_recipe(
+        "ppo", tiny_vla, {"path": str(data)}, lr=1e-3, epochs=2, minibatch=20, bc_weight=1e3, bc_batch=4
+    )
+    demos = Demonstrations(data, seed=recipe.seed, batch=4, with_text=False)
+
+    def demo_loss(policy) -> float:  # the learner's own batches (its first minibatches' steps)
+        with torch.no_grad():
+            return sum(float(demos.loss(policy, step)) for step in range(4)) / 4
+
+    before = demo_loss(VLA.from_pretrained(tiny_vla))
+    algo = build_algorithm(recipe, tiny_vla, (56, 112))
+    try:
+        result = algo.train()
+        after = demo_loss(learner_module(algo).vla)
+    finally:
+        algo.stop()
+    assert result["learners"]["default_policy"]["bc_loss"] > 0
+    assert after < 0.9 * before  # a heavy anchor: the update followed the demonstrations' flow loss
+    baseline = _rl_recipe("ppo", Path("unused"), policy="mlp_state", bc_weight=1.0)
+    with pytest.raises(RecipeError, match="bc_weight"):
         train_ppo(baseline, "unused_run", progress=False)
 
 

@@ -1,0 +1,38 @@
+"""The recipe's SFT data as a behaviour-cloning anchor for RL (``rl.bc_weight``).
+
+Each learner step adds ``bc_weight`` x the SFT loss on a seeded batch of the recipe's ``[data]``
+(the expert's driven futures) to the RL objective, as ReCogDrive's BC term and Waymo's BC-SAC do: the
+policy gradient moves the plan where the reward points, the demonstrations hold it where the reward
+says little (a rare collision in a batch does not outweigh a metre of progress paid every decision).
+GRPO and PPO use the same anchor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from loopdrive.seeding import rng as seeded_rng
+from training.data import DrivingDataset
+
+
+class Demonstrations:
+    """Seeded batches of demonstrations and their SFT loss under a policy.
+
+    ``with_text``: add the reasoning tokens' cross-entropy (when RL moves the VLM too; with only the
+    action expert trainable the flow-matching loss is all that has a gradient)."""
+
+    def __init__(self, path: str | Path, seed: int, batch: int, with_text: bool, max_gb: float = 8.0) -> None:
+        self.data = DrivingDataset(path, max_gb=max_gb)
+        self.seed, self.batch, self.with_text = seed, batch, with_text
+
+    def loss(self, policy, step: int) -> torch.Tensor:
+        """The SFT loss of ``policy`` on the batch of learner step ``step`` (the same batch for the same step)."""
+        rng = seeded_rng("demonstrations", self.seed, step)
+        idx = np.sort(rng.choice(len(self.data), size=min(self.batch, len(self.data)), replace=False))
+        obs, reasoning, target = self.data.batch(idx)
+        gen = torch.Generator(device=policy.device).manual_seed(int(rng.integers(2**31)))
+        losses = policy.losses(obs, reasoning, torch.from_numpy(target).to(policy.device), generator=gen)
+        return losses["flow"] + (losses["text"] if self.with_text else 0.0)
