@@ -10,12 +10,14 @@ GRPO and PPO use the same anchor.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from loopdrive.seeding import rng as seeded_rng
 from training.data import DrivingDataset
+from training.recipes import GRPORecipe, PPORecipe
 
 
 class Demonstrations:
@@ -36,3 +38,18 @@ class Demonstrations:
         gen = torch.Generator(device=policy.device).manual_seed(int(rng.integers(2**31)))
         losses = policy.losses(obs, reasoning, torch.from_numpy(target).to(policy.device), generator=gen)
         return losses["flow"] + (losses["text"] if self.with_text else 0.0)
+
+
+def demonstration_args(recipe: GRPORecipe | PPORecipe) -> dict[str, Any] | None:
+    """``Demonstrations``' arguments for a recipe with ``rl.bc_weight > 0`` (plain values: RLlib copies a
+    learner's config), else None."""
+    rl = recipe.rl
+    if rl.bc_weight <= 0:
+        return None
+    return {
+        "path": str(Path(recipe.data.path).resolve()),
+        "seed": recipe.seed,
+        "batch": rl.bc_batch,
+        "with_text": rl.train != "expert",
+        "max_gb": recipe.data.max_gb,
+    }

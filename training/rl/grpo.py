@@ -34,7 +34,7 @@ from training.checkpoints import Checkpointer, load_trainer_state
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, before_first_step, finish, last_step_of_this_run
 from training.recipes import GRPORecipe, GRPOSection, RecipeError
-from training.rl.demonstrations import Demonstrations
+from training.rl.demonstrations import Demonstrations, demonstration_args
 from training.rl.losses import ClipConfig, group_advantages, informative_groups, policy_loss
 from training.rl.module import as_noise_level
 from training.rl.rollouts import Rollout, RolloutWorkers, Task
@@ -261,9 +261,8 @@ def train_grpo(
     scene_facts = rl.reasoning and rl.consistency_weight > 0
     env = env_config(recipe, policy.camera_size, scene_facts)
     workers = RolloutWorkers(env, model_config, rl.env_runners, recipe.seed, rl.envs_per_runner)
-    demos = None
-    if rl.bc_weight > 0:
-        demos = Demonstrations(recipe.data.path, recipe.seed, rl.bc_batch, rl.train != "expert", recipe.data.max_gb)
+    bc = demonstration_args(recipe)
+    demos = Demonstrations(**bc) if bc else None
     pool = scenario_pool(recipe)
     logger = MetricsLogger(run_dir, resume_step=iteration)
     before_first_step(recipe, start_path, evaluate_fn, logger, run_dir)

@@ -36,7 +36,7 @@ from training.checkpoints import save_checkpoint
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, before_first_step, finish, last_step_of_this_run
 from training.recipes import PPORecipe, RecipeError
-from training.rl.demonstrations import Demonstrations
+from training.rl.demonstrations import Demonstrations, demonstration_args
 from training.rl.losses import ClipConfig, clipped_loss, k3_kl, log_ratio
 from training.rl.setup import connect_ray, env_config, module_config, starting_point
 
@@ -102,7 +102,7 @@ class FlowPPOLearner(PPOTorchLearner):
         if bc is None:
             return None
         if getattr(self, "_demonstrations", None) is None:
-            self._demonstrations = Demonstrations(bc["path"], bc["seed"], bc["batch"], bc["with_text"], bc["max_gb"])
+            self._demonstrations = Demonstrations(**bc)
             self._bc_steps = 0
         return self._demonstrations
 
@@ -136,7 +136,7 @@ class FlowPPOLearner(PPOTorchLearner):
         if demos is not None:  # the SFT loss on a batch of demonstrations, once per minibatch
             bc = demos.loss(module.vla, self._bc_steps)
             self._bc_steps += 1
-            total = total + config.learner_config_dict["bc"]["weight"] * bc
+            total = total + config.learner_config_dict["bc_weight"] * bc
             self.metrics.log_dict({"bc_loss": bc}, key=module_id, window=1)
         self.metrics.log_dict(
             {
@@ -195,27 +195,13 @@ def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, 
                 "vf_lr": rl.vf_lr,
                 "kl_coef": rl.kl_coef,
                 "reference": str(Path(recipe.init_from).resolve()) if recipe.init_from else None,
-                "bc": demonstrations_config(recipe),
+                "bc": demonstration_args(recipe),
+                "bc_weight": rl.bc_weight,
             },
         )
         .callbacks(EpisodeTermsCallback)
     )
     return config.build_algo()
-
-
-def demonstrations_config(recipe: PPORecipe) -> dict[str, Any] | None:
-    """What the learner needs to open the BC anchor's data (plain values: RLlib copies its config)."""
-    rl = recipe.rl
-    if rl.bc_weight <= 0:
-        return None
-    return {
-        "path": str(Path(recipe.data.path).resolve()),
-        "seed": recipe.seed,
-        "batch": rl.bc_batch,
-        "with_text": rl.train != "expert",
-        "max_gb": recipe.data.max_gb,
-        "weight": rl.bc_weight,
-    }
 
 
 BASELINE_MODELS = {
