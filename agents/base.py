@@ -13,6 +13,23 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ObservationSetup(BaseModel):
+    """How the observations a model learnt from were made: an evaluation of the model renders the same
+    unless told otherwise (a model trained on one frame per camera reads four as a different input)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rig: str = Field(description="the camera rig of the training data")
+    camera_size: tuple[int, int] = Field(description="rendered camera size (H, W)")
+    n_frames: int = Field(ge=1, description="frames per camera in an observation")
+    decision_every: int = Field(ge=1, description="world steps (0.1 s) per decision")
+
+
+# the suite's default (DESIGN.md): what an evaluation renders for an agent that records no set-up of its own
+DEFAULT_OBSERVATION = ObservationSetup(rig="alpamayo4", camera_size=(128, 256), n_frames=4, decision_every=5)
 
 
 @dataclass

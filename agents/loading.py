@@ -6,11 +6,12 @@ N denoising steps instead of the model's own), ``alpamayo:PATH``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qs
 
-from agents.base import Agent
+from agents.base import Agent, ObservationSetup
 from agents.baselines import ConstantVelocity, Stop
 from agents.expert import Expert
 from loopdrive.plugins import load_object
@@ -97,3 +98,22 @@ def load_agent(spec: str) -> Agent:
         if not callable(getattr(agent, method, None)):
             raise AgentSpecError(f"agent {spec!r}: has no {method}() method (see agents.Agent)")
     return agent
+
+
+def trained_observation(spec: str) -> ObservationSetup | None:
+    """The observation set-up a ``vla:PATH`` agent was trained on (:func:`recorded_observation`); None for
+    other agents."""
+    if not spec.startswith("vla:"):
+        return None
+    return recorded_observation(_path_and_options(spec, {"reasoning": "", "noise": "", "steps": ""})[0])
+
+
+def recorded_observation(path: str | Path) -> ObservationSetup | None:
+    """The observation set-up a saved VLA records in its ``vla_config.json``, read without loading the
+    model; None for VLAs saved before SFT recorded it and for a folder that is not a readable VLA
+    (:func:`load_agent` then says what is wrong with it)."""
+    try:
+        recorded = json.loads((Path(path) / "vla_config.json").read_text())["vla"].get("observation")
+        return None if recorded is None else ObservationSetup.model_validate(recorded)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None

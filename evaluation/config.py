@@ -39,9 +39,11 @@ class EvalConfig(BaseModel):
     ray_address: str | None = None
     video: bool = False
     episode_timeout_s: float = Field(600.0, gt=0, description="wall-clock budget of one episode")
-    decision_every: int = Field(5, ge=1)
-    n_frames: int = Field(4, ge=1)
-    camera_size: tuple[int, int] = (128, 256)
+    # the observation set-up; None: the one a vla: agent was trained on (its vla_config.json), else 5 / 4 /
+    # (128, 256). A model given more or fewer frames than it learnt from reads a different input.
+    decision_every: int | None = Field(None, ge=1)
+    n_frames: int | None = Field(None, ge=1)
+    camera_size: tuple[int, int] | None = None
     leaderboard_version: str = "2.0"
     extra_metrics: list[str] = Field(default_factory=list)
     consistency: bool = True  # score the agent's reasoning against what it did (rules critic)
@@ -60,6 +62,28 @@ class EvalConfig(BaseModel):
     carla_host: str = Field("localhost", description="the CARLA server, for backend = carla")
     carla_port: int = Field(2000, ge=1, le=65535)
     carla_container: str | None = Field(None, description="docker container to restart when the server hangs")
+
+    @model_validator(mode="after")
+    def _observation_of_the_agent(self) -> EvalConfig:
+        """Unset observation fields take the agent's training set-up (or the defaults); a frame count
+        other than the one the agent learnt from is refused."""
+        from agents.base import DEFAULT_OBSERVATION
+        from agents.loading import trained_observation
+
+        trained = trained_observation(self.agent)
+        if trained is not None and self.n_frames not in (None, trained.n_frames):
+            raise ValueError(
+                f"n_frames: {self.agent} was trained on {trained.n_frames} frame(s) per camera (its vla_config.json"
+                f" observation), not {self.n_frames}; leave n_frames out to evaluate it on its own"
+            )
+        own = trained or DEFAULT_OBSERVATION
+        if self.decision_every is None:
+            self.decision_every = own.decision_every
+        if self.n_frames is None:
+            self.n_frames = own.n_frames
+        if self.camera_size is None:
+            self.camera_size = own.camera_size
+        return self
 
     @model_validator(mode="after")
     def _routes_are_the_bank(self) -> EvalConfig:

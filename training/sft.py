@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from agents.alpamayo.model import AlpamayoR1
+from agents.base import ObservationSetup
 from agents.policy import load_policy
 from agents.vla import VLA, action_space
 from agents.vla.config import VLAConfig
@@ -77,6 +78,11 @@ def stage_of(step: int, cfg: TrainSection) -> int:
 STAGE_PARTS = {0: "both", 1: "vlm", 2: "expert"}  # what each stage trains
 
 
+def observation_setup(dataset: DrivingDataset) -> ObservationSetup:
+    """The observation set-up of a dataset's samples, as the model trained on them records it."""
+    return ObservationSetup(**{k: dataset.card[k] for k in ObservationSetup.model_fields})
+
+
 def train_sft(
     recipe: SFTRecipe, run_dir: str | Path, resume: bool = False, progress: bool | None = None, evaluate_fn=None
 ) -> dict[str, Any]:
@@ -92,6 +98,8 @@ def train_sft(
         if not recipe.init_from:  # a fresh flow head works on the data's standardised actions
             model.config.action_mean, model.config.action_std = action_statistics(dataset)
             model.config.state_mean, model.config.state_std = state_statistics(dataset, model.config)
+        if isinstance(model.config, VLAConfig):  # an evaluation of the model renders what it learnt from
+            model.config.observation = observation_setup(dataset)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

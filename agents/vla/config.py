@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agents.base import ObservationSetup
+
 PRESETS = {
     # text: hidden, layers, heads, kv heads, intermediate; vision: depth, hidden
     "tiny": dict(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=256, vision_depth=2, vision_hidden=64),
@@ -38,6 +40,7 @@ class VLAConfig(BaseModel):
     action_std: tuple[float, float] | None = None
     state_mean: list[float] | None = None  # the state token's features
     state_std: list[float] | None = None
+    observation: ObservationSetup | None = None  # filled by SFT from its dataset (None: saved before it was)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("image_size")

@@ -145,3 +145,31 @@ def test_tiny_pipeline_collect_sft_evaluate(tmp_path, capsys):
     assert summary["episodes"]["total"] == 1 and summary["agent"].startswith("vla:")
     last = metrics_of(run)[-1]
     assert "eval/leaderboard" in last and 0 <= last["eval/leaderboard"] <= 100
+
+
+def test_a_trained_vla_is_evaluated_and_fine_tuned_on_the_observations_it_learnt_from(dataset, tmp_path):
+    """SFT records its data's observation set-up in the checkpoint; an evaluation renders it unless told
+    otherwise and refuses another frame count, as does an RL recipe starting from the checkpoint."""
+    from pydantic import ValidationError
+
+    from evaluation.config import EvalConfig
+    from training.recipes import RecipeError
+    from training.rl.setup import starting_point
+
+    run = tmp_path / "run"
+    assert run_main(["--config", str(sft_recipe(tmp_path, dataset, steps=2)), "--run-dir", str(run)]) == 0
+    final = run / "checkpoints" / "final"
+    recorded = json.loads((final / "vla_config.json").read_text())["vla"]["observation"]
+    assert recorded == {"rig": "alpamayo4", "camera_size": [128, 256], "n_frames": 1, "decision_every": 5}
+
+    vla = EvalConfig(agent=f"vla:{final}?reasoning=0")
+    assert (vla.n_frames, vla.decision_every, vla.camera_size) == (1, 5, (128, 256))
+    assert EvalConfig(agent="expert").n_frames == 4  # an agent that records nothing: the suite's default
+    assert EvalConfig(agent=f"vla:{final}", camera_size=(64, 128)).camera_size == (64, 128)  # a free choice
+    with pytest.raises(ValidationError, match="trained on 1 frame"):
+        EvalConfig(agent=f"vla:{final}", n_frames=4)
+
+    rl = ['algorithm="ppo"', f'init_from="{final}"', f'data.path="{dataset}"']
+    assert starting_point(load_recipe(None, [*rl, "data.n_frames=1"]), tmp_path / "rl", resume=False)[1] == final
+    with pytest.raises(RecipeError, match=r"data\.n_frames: init_from .* trained on 1 frame"):
+        starting_point(load_recipe(None, [*rl, "data.n_frames=4"]), tmp_path / "rl", resume=False)

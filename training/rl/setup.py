@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from agents.loading import recorded_observation
 from evaluation.distributed import init_ray
 from training.checkpoints import clean_stale, latest_checkpoint
 from training.recipes import GRPORecipe, PPORecipe, RecipeError, RLSection
@@ -15,13 +16,20 @@ from training.recipes import GRPORecipe, PPORecipe, RecipeError, RLSection
 
 def starting_point(recipe: GRPORecipe | PPORecipe, run_dir: Path, resume: bool) -> tuple[Path | None, Path]:
     """(latest checkpoint when resuming, the policy to start from); RL fine-tunes a trained policy, so
-    ``init_from`` is required. Also sets the trainer's threads and clears a killed save's leftovers."""
+    ``init_from`` is required, and the recipe renders the frames per camera it learnt from. Also sets the
+    trainer's threads and clears a killed save's leftovers."""
     if not recipe.init_from:
         raise RecipeError(
             f"{recipe.algorithm} fine-tunes a trained policy: set init_from (--set init_from=RUN/checkpoints/final)"
         )
     if recipe.rl.threads:
         torch.set_num_threads(recipe.rl.threads)
+    trained = recorded_observation(recipe.init_from)
+    if trained is not None and trained.n_frames != recipe.data.n_frames:
+        raise RecipeError(
+            f"data.n_frames: init_from {recipe.init_from} was trained on {trained.n_frames} frame(s) per camera"
+            f" (its vla_config.json observation), the recipe renders {recipe.data.n_frames}"
+        )
     clean_stale(run_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
     return ckpt, Path(ckpt or recipe.init_from)
