@@ -149,7 +149,8 @@ def test_tiny_pipeline_collect_sft_evaluate(tmp_path, capsys):
 
 def test_a_trained_vla_is_evaluated_and_fine_tuned_on_the_observations_it_learnt_from(dataset, tmp_path):
     """SFT records its data's observation set-up in the checkpoint; an evaluation renders it unless told
-    otherwise and refuses another frame count, as does an RL recipe starting from the checkpoint."""
+    otherwise and refuses another frame count, as do a collection it drives and an RL recipe starting
+    from it."""
     from pydantic import ValidationError
 
     from evaluation.config import EvalConfig
@@ -168,6 +169,12 @@ def test_a_trained_vla_is_evaluated_and_fine_tuned_on_the_observations_it_learnt
     assert EvalConfig(agent=f"vla:{final}", camera_size=(64, 128)).camera_size == (64, 128)  # a free choice
     with pytest.raises(ValidationError, match="trained on 1 frame"):
         EvalConfig(agent=f"vla:{final}", n_frames=4)
+
+    from training.data import CollectSettings, DatasetError, collect
+
+    with pytest.raises(DatasetError, match="trained on 1 frame"):  # a VLA collecting (DAgger by hand)
+        collect(CollectSettings(agent=f"vla:{final}", bank="smoke", n_frames=4), tmp_path / "d.zarr")
+    assert not (tmp_path / "d.zarr").exists()
 
     rl = ['algorithm="ppo"', f'init_from="{final}"', f'data.path="{dataset}"']
     assert starting_point(load_recipe(None, [*rl, "data.n_frames=1"]), tmp_path / "rl", resume=False)[1] == final

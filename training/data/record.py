@@ -141,10 +141,16 @@ class _Writer:
 def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None) -> dict[str, Any]:
     """Record (or finish recording) the dataset at ``out``; returns the dataset card."""
     import envs  # noqa: F401
-    from agents import load_agent
+    from agents import load_agent, trained_observation
     from envs import LoopDriveEnv
     from rewards.scene import scene_facts
 
+    trained = trained_observation(cfg.agent)  # a VLA that drives sees what it learnt from
+    if trained is not None and trained.n_frames != cfg.n_frames:
+        raise DatasetError(
+            f"n_frames: {cfg.agent} was trained on {trained.n_frames} frame(s) per camera, the collection renders"
+            f" {cfg.n_frames}; collect with n_frames = {trained.n_frames}"
+        )
     out = Path(out)
     group = zarr.open_group(out, mode="a")
     settings = _settings(cfg)
