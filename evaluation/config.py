@@ -7,6 +7,7 @@ a resumed run can never mix episodes of two different set-ups.
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,6 +76,12 @@ class EvalConfig(BaseModel):
             raise ValueError(
                 f"n_frames: {self.agent} was trained on {trained.n_frames} frame(s) per camera (its vla_config.json"
                 f" observation), not {self.n_frames}; leave n_frames out to evaluate it on its own"
+            )
+        if trained is None and self.agent.startswith("vla:") and self.n_frames is None:
+            warnings.warn(
+                f"{self.agent} records no training set-up (saved before SFT recorded it): rendering"
+                f" {DEFAULT_OBSERVATION.n_frames} frames per camera; set n_frames to what it learnt from",
+                stacklevel=2,
             )
         own = trained or DEFAULT_OBSERVATION
         if self.decision_every is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -169,6 +170,13 @@ def test_a_trained_vla_is_evaluated_and_fine_tuned_on_the_observations_it_learnt
     assert EvalConfig(agent=f"vla:{final}", camera_size=(64, 128)).camera_size == (64, 128)  # a free choice
     with pytest.raises(ValidationError, match="trained on 1 frame"):
         EvalConfig(agent=f"vla:{final}", n_frames=4)
+    older = tmp_path / "older"  # a VLA saved before SFT recorded its set-up: the default, with a warning
+    shutil.copytree(final, older)
+    config = json.loads((older / "vla_config.json").read_text())
+    del config["vla"]["observation"]
+    (older / "vla_config.json").write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match="records no training set-up"):
+        assert EvalConfig(agent=f"vla:{older}").n_frames == 4
 
     from training.data import CollectSettings, DatasetError, collect
 
