@@ -17,6 +17,7 @@ from agents.expert import Expert
 from loopdrive.plugins import load_object
 
 BUILTIN: dict[str, Callable[[], Agent]] = {"expert": Expert, "constant_velocity": ConstantVelocity, "stop": Stop}
+VLA_OPTIONS = {"reasoning": "0|1", "noise": "<scale>", "steps": "<n >= 1>"}  # vla:PATH?option=value&...
 
 
 class AgentSpecError(ValueError):
@@ -49,7 +50,7 @@ def load_agent(spec: str) -> Agent:
         from agents.vla.agent import VLAAgent
         from agents.vla.checkpoint import CheckpointError
 
-        path, options = _path_and_options(spec, {"reasoning": "0|1", "noise": "<scale>", "steps": "<n >= 1>"})
+        path, options = _path_and_options(spec, VLA_OPTIONS)
         if not (Path(path) / "vla_config.json").exists():
             raise AgentSpecError(f"agent {spec!r}: {path} is not a saved VLA (no vla_config.json)")
         steps = _number(spec, options, "steps", 0)
@@ -105,7 +106,7 @@ def trained_observation(spec: str) -> ObservationSetup | None:
     other agents."""
     if not spec.startswith("vla:"):
         return None
-    return recorded_observation(_path_and_options(spec, {"reasoning": "", "noise": "", "steps": ""})[0])
+    return recorded_observation(_path_and_options(spec, VLA_OPTIONS)[0])
 
 
 def recorded_observation(path: str | Path) -> ObservationSetup | None:
