@@ -27,6 +27,13 @@ class ObservationSetup(BaseModel):
     n_frames: int = Field(ge=1, description="frames per camera in an observation")
     decision_every: int = Field(ge=1, description="world steps (0.1 s) per decision")
 
+    def other_frames(self, n_frames: int, model: str) -> str | None:
+        """Why ``n_frames`` frames per camera are not ``model``'s input (None when they are)."""
+        if n_frames == self.n_frames:
+            return None
+        where = "its vla_config.json observation"
+        return f"{model} was trained on {self.n_frames} frame(s) per camera ({where}), not {n_frames}"
+
 
 # the suite's default (DESIGN.md): what an evaluation renders for an agent that records no set-up of its own
 DEFAULT_OBSERVATION = ObservationSetup(rig="alpamayo4", camera_size=(128, 256), n_frames=4, decision_every=5)

@@ -72,11 +72,12 @@ class EvalConfig(BaseModel):
         from agents.loading import trained_observation
 
         trained = trained_observation(self.agent)
-        if trained is not None and self.n_frames not in (None, trained.n_frames):
-            raise ValueError(
-                f"n_frames: {self.agent} was trained on {trained.n_frames} frame(s) per camera (its vla_config.json"
-                f" observation), not {self.n_frames}; leave n_frames out to evaluate it on its own"
-            )
+        if (
+            trained is not None
+            and self.n_frames is not None
+            and (why := trained.other_frames(self.n_frames, self.agent))
+        ):
+            raise ValueError(f"n_frames: {why}; leave n_frames out to evaluate it on its own")
         if trained is None and self.agent.startswith("vla:") and self.n_frames is None:
             warnings.warn(
                 f"{self.agent} records no training set-up (saved before SFT recorded it): rendering"

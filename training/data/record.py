@@ -146,11 +146,8 @@ def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None)
     from rewards.scene import scene_facts
 
     trained = trained_observation(cfg.agent)  # a VLA that drives sees what it learnt from
-    if trained is not None and trained.n_frames != cfg.n_frames:
-        raise DatasetError(
-            f"n_frames: {cfg.agent} was trained on {trained.n_frames} frame(s) per camera, the collection renders"
-            f" {cfg.n_frames}; collect with n_frames = {trained.n_frames}"
-        )
+    if trained is not None and (why := trained.other_frames(cfg.n_frames, cfg.agent)):
+        raise DatasetError(f"n_frames: {why}; collect with n_frames = {trained.n_frames}")
     out = Path(out)
     group = zarr.open_group(out, mode="a")
     settings = _settings(cfg)

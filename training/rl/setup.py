@@ -25,11 +25,8 @@ def starting_point(recipe: GRPORecipe | PPORecipe, run_dir: Path, resume: bool) 
     if recipe.rl.threads:
         torch.set_num_threads(recipe.rl.threads)
     trained = recorded_observation(recipe.init_from)
-    if trained is not None and trained.n_frames != recipe.data.n_frames:
-        raise RecipeError(
-            f"data.n_frames: init_from {recipe.init_from} was trained on {trained.n_frames} frame(s) per camera"
-            f" (its vla_config.json observation), the recipe renders {recipe.data.n_frames}"
-        )
+    if trained is not None and (why := trained.other_frames(recipe.data.n_frames, recipe.init_from)):
+        raise RecipeError(f"data.n_frames: init_from {why}")
     clean_stale(run_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
     return ckpt, Path(ckpt or recipe.init_from)
