@@ -7,6 +7,9 @@
   and ``images/town10hd_cameras.png`` a camera + BEV frame of the expert on that route;
 - ``images/rig_views.png``: what the tiny VLA sees of a bend under each camera rig of the camera-rig
   experiment, at its input size (56x112), beside the same frames at the rendered size;
+- ``images/rl_critic.png``: PPO's critic and returns over iterations without and with its own fitting
+  epochs and warm-up (the RL experiments page), from two runs' ``metrics.jsonl`` (skipped where
+  those runs are not on this machine);
 - ``images/report.png``: the top of an evaluation report (``loopdrive eval`` on four smoke scenarios),
   as headless Chromium renders it (skipped when no Chromium is installed).
 """
@@ -121,6 +124,39 @@ def town_map(town: str, scenario: str, name: str) -> Path:
     return path
 
 
+def rl_critic(runs: dict[str, Path], name: str = "rl_critic.png") -> Path | None:
+    """The critic's value loss and explained variance, and the training episodes' return, per iteration."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not all((run / "metrics.jsonl").exists() for run in runs.values()):
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    for color, (label, run) in enumerate(runs.items()):
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        rows = [r for r in rows if "learner/vf_loss" in r]
+        steps, style = [r["step"] for r in rows], {"label": label, "color": f"C{color}"}
+        axes[0].plot(steps, [r["learner/vf_loss"] for r in rows], **style)
+        if "learner/vf_explained_var" in rows[0]:  # logged since the fitting epochs came
+            axes[1].plot(steps, [r["learner/vf_explained_var"] for r in rows], **style)
+        axes[2].plot(steps, [r["reward/return"] for r in rows], **style)
+    titles = ("critic's value loss", "explained variance (before the iteration moves it)", "training episodes' return")
+    for ax, title in zip(axes, titles):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=len(runs), fontsize=9)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    path = IMAGES / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def report(chromium: str) -> Path:
     from evaluation import EvalConfig, evaluate
 
@@ -143,6 +179,11 @@ if __name__ == "__main__":
     print(rig_views())
     print(town_map("Town10HD", "Town10HD-000", "town10hd.png"))
     print(cameras_and_bev("Town10HD-000", 12, "town10hd_cameras.png", bank="towns"))
+    rl_runs = {
+        "PPO recipe, 32 iterations": Path("runs/rl/long32_s0"),
+        "+ critic warm-up 4 and 50 fitting epochs, 36 iterations": Path("runs/rl/cw4fit50_long_s0"),
+    }
+    print(rl_critic(rl_runs) or "runs/rl/long32_s0 or cw4fit50_long_s0 missing: images/rl_critic.png not remade")
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser:
         print(report(browser))

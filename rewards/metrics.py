@@ -58,7 +58,7 @@ LB21_WEIGHTS = {
     "yield_emergency_vehicle": 0.4,
 }
 MIN_SPEED_WEIGHT = 0.7  # the Leaderboard 2.0's min-speed factor at 0 % of the traffic's speed
-TTC_THRESHOLD = 0.95
+TTC_THRESHOLD = 0.95  # s, nuPlan's time-to-collision bound
 SUITES = ("leaderboard", "pdms", "alpasim", "comfort", "success")
 
 

@@ -12,10 +12,11 @@ import numpy as np
 
 from rewards.comfort import comfort_checks, plan_comfort
 from rewards.events import EventKind
+from rewards.metrics import TTC_THRESHOLD
 from rewards.registry import register
 from rewards.transition import EgoState, Transition
 
-TTC_THRESHOLD = 0.95  # s, nuPlan's time-to-collision bound
+HEADWAY_S = 2.0  # s of the ego's own travel: the two-second rule of following distance
 
 
 # --- progress ------------------------------------------------------------------------------------------
@@ -85,6 +86,13 @@ def speeding(t: Transition) -> float:
 def ttc(t: Transition) -> float:
     """1 while the time to collision with the actor ahead is under 0.95 s (nuPlan's bound)."""
     return 1.0 if t.state.ttc < TTC_THRESHOLD else 0.0
+
+
+@register("headway")
+def headway(t: Transition) -> float:
+    """1 while the gap to the actor ahead is shorter than two seconds of the ego's travel: a warning that
+    comes seconds before ``ttc`` fires, when braking still avoids the collision."""
+    return 1.0 if t.state.lead_gap < HEADWAY_S * t.state.speed else 0.0
 
 
 # --- lane keeping -----------------------------------------------------------------------------------------

@@ -249,6 +249,12 @@ class PPOSection(RLSection):
     # what the VLA's critic reads: the policy's state features, or those and the simulator's privileged
     # state (the nearest actors, the next stop line): an asymmetric actor-critic
     value_inputs: Literal["policy", "privileged"] = "policy"
+    # after each PPO update the critic alone fits the iteration's value targets this many more epochs:
+    # a small MLP on cached features, where the PPO epochs give it only a handful of Adam steps
+    vf_fit_epochs: int = Field(0, ge=0)
+    # the first iterations (counted in `iterations`) move only the critic: it learns the start's returns
+    # before its advantages steer the policy
+    critic_warmup: int = Field(0, ge=0)
     batch_steps: int = Field(400, ge=1)  # decisions per PPO iteration (whole episodes)
 
 

@@ -145,6 +145,9 @@ def T(prev=None, state=None, events=(), action=None, reference=None):
         ("speeding", T(state=ego(speed=10.0)), 0.0),
         ("ttc", T(state=ego(ttc=0.5)), 1.0),
         ("ttc", T(state=ego(ttc=3.0)), 0.0),
+        ("headway", T(state=ego(speed=10.0, lead_gap=15.0)), 1.0),  # 1.5 s behind
+        ("headway", T(state=ego(speed=10.0, lead_gap=25.0)), 0.0),
+        ("headway", T(state=ego(speed=0.0, lead_gap=2.0)), 0.0),  # queued, standing
         ("lane_centering", T(state=ego(lateral=-0.7)), 0.7),
         ("lane_keeping", T(state=ego(off_route_lanes=True)), 1.0),
         ("comfort", T(ego(accel=0.0), ego(accel=0.0)), 0.0),

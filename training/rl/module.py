@@ -136,7 +136,11 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         return out
 
     # --- learning -------------------------------------------------------------------------------------------
+    critic_only = False  # set by the trainer while only the critic learns (rl.critic_warmup)
+
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        if self.critic_only:  # no policy loss: the chains' log-probs would cost a learner pass for nothing
+            return {}
         return {Columns.ACTION_LOGP: self.log_prob_under(self.vla, batch)}
 
     def log_prob_under(self, policy: Any, batch: dict[str, Any]) -> torch.Tensor:
@@ -152,7 +156,10 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         return policy.chain_log_prob(obs, chain, smask, self.noise_level)
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        return self.value_head(self.critic_inputs(batch))
+
+    def critic_inputs(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The value head's input for each sample of ``batch`` (:func:`value_features`), [B, features]."""
         obs = observations_from_batch(batch[Columns.OBS])
         feats = np.stack([value_features(o, self.privileged_critic) for o in obs])
-        feats = torch.from_numpy(feats).to(self.vla.device)
-        return self.value_head(feats)
+        return torch.from_numpy(feats).to(self.vla.device)

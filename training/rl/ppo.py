@@ -113,6 +113,9 @@ class FlowPPOLearner(PPOTorchLearner):
         def mean(x: torch.Tensor) -> torch.Tensor:
             return x[mask].sum() / mask.sum() if mask is not None else x.mean()
 
+        critic_loss = self.critic_loss(module_id, module, config, batch, mean, mask)
+        if getattr(module, "critic_only", False):  # rl.critic_warmup: the policy stays where it is
+            return config.vf_loss_coeff * critic_loss
         logp = fwd_out.get(Columns.ACTION_LOGP)
         if logp is None:
             dist = module.get_train_action_dist_cls().from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
@@ -122,9 +125,7 @@ class FlowPPOLearner(PPOTorchLearner):
         policy, clipped = clipped_loss(
             ratio, batch[Postprocessing.ADVANTAGES], ClipConfig(config.clip_param, config.clip_param, dual)
         )
-        values = module.compute_values(batch)
-        vf = torch.clamp((values - batch[Postprocessing.VALUE_TARGETS]) ** 2, 0, config.vf_clip_param)
-        total = mean(policy + config.vf_loss_coeff * vf)
+        total = mean(policy) + config.vf_loss_coeff * critic_loss
         kl_coef = config.learner_config_dict.get("kl_coef", 0.0)
         if kl_coef > 0:  # an anchor to the start, where the clip only bounds each iteration's step
             with torch.no_grad():
@@ -141,7 +142,6 @@ class FlowPPOLearner(PPOTorchLearner):
         self.metrics.log_dict(
             {
                 POLICY_LOSS_KEY: mean(policy),
-                VF_LOSS_KEY: mean(vf),
                 "clip_fraction": mean(clipped.float()),
                 "ratio_mean": mean(ratio),
                 "approx_kl_old": mean(batch[Columns.ACTION_LOGP] - logp),
@@ -150,6 +150,60 @@ class FlowPPOLearner(PPOTorchLearner):
             window=1,
         )
         return total
+
+    def critic_loss(self, module_id, module, config, batch: dict[str, Any], mean, mask) -> torch.Tensor:
+        """The clipped squared error of the values against GAE's targets; logs it, and on an iteration's
+        first minibatch the share of the targets' variance the critic explains (1: exact, 0: no better
+        than their mean) before this iteration moved it. Where the critic has its own fitting epochs
+        (``rl.vf_fit_epochs``) its inputs and targets are kept for them."""
+        targets = batch[Postprocessing.VALUE_TARGETS]
+        if not hasattr(module, "critic_inputs"):  # RLlib's default modules
+            values = module.compute_values(batch)
+        else:
+            inputs = module.critic_inputs(batch)
+            values = module.value_head(inputs)
+            if config.learner_config_dict.get("vf_fit_epochs", 0) > 0:
+                keep = mask if mask is not None else slice(None)
+                self._critic_data = getattr(self, "_critic_data", []) + [(inputs[keep], targets[keep].detach())]
+        vf = mean(torch.clamp((values - targets) ** 2, 0, config.vf_clip_param))
+        self.metrics.log_dict({VF_LOSS_KEY: vf}, key=module_id, window=1)
+        if not getattr(self, "_critic_scored", False):  # the first minibatch: the critic the advantages came from
+            ev = explained_variance(values.detach(), targets)
+            self.metrics.log_dict({"vf_explained_var": ev}, key=module_id, window=1)
+            self._critic_scored = True
+        return vf
+
+    def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
+        """After PPO's epochs, ``rl.vf_fit_epochs`` more epochs of the critic alone on this iteration's
+        inputs and targets (the next iteration's advantages come from the fitted critic)."""
+        super().after_gradient_based_update(timesteps=timesteps)
+        self._critic_scored = False
+        data, self._critic_data = getattr(self, "_critic_data", []), []
+        if not data:
+            return
+        extra = self.config.learner_config_dict
+        module_id = "default_policy"
+        module = self.module[module_id].unwrapped()
+        inputs, targets = torch.cat([x for x, _ in data]), torch.cat([y for _, y in data])
+        if getattr(self, "_critic_generator", None) is None:
+            self._critic_generator = torch.Generator().manual_seed(int(extra.get("seed", 0)))
+        optimizer = self.get_optimizer(module_id, "critic")
+        params = list(module.value_head.parameters())
+        for _ in range(extra["vf_fit_epochs"]):
+            for idx in torch.randperm(len(targets), generator=self._critic_generator).split(self.config.minibatch_size):
+                loss = torch.clamp((module.value_head(inputs[idx]) - targets[idx]) ** 2, 0, self.config.vf_clip_param)
+                optimizer.zero_grad()
+                loss.mean().backward()
+                torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
+                optimizer.step()
+        with torch.no_grad():
+            fitted = explained_variance(module.value_head(inputs), targets)
+        self.metrics.log_dict({"vf_explained_var_fitted": fitted}, key=module_id, window=1)
+
+
+def explained_variance(values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """1 - Var(targets - values) / Var(targets): how much of the returns' spread the critic predicts."""
+    return 1 - torch.var(targets - values) / torch.var(targets).clamp_min(1e-8)
 
 
 def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, int]):
@@ -197,6 +251,8 @@ def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, 
                 "reference": str(Path(recipe.init_from).resolve()) if recipe.init_from else None,
                 "bc": demonstration_args(recipe),
                 "bc_weight": rl.bc_weight,
+                "vf_fit_epochs": rl.vf_fit_epochs,
+                "seed": recipe.seed,
             },
         )
         .callbacks(EpisodeTermsCallback)
@@ -240,6 +296,13 @@ def train_ppo(
         raise RecipeError('rl.kl_coef anchors a VLA to its start: it needs policy = "vla" and init_from')
     if rl.bc_weight > 0 and rl.policy != "vla":
         raise RecipeError('rl.bc_weight anchors a VLA to its SFT data: it needs policy = "vla"')
+    if (rl.vf_fit_epochs or rl.critic_warmup) and rl.policy != "vla":
+        raise RecipeError('rl.vf_fit_epochs and rl.critic_warmup train the VLA\'s critic: they need policy = "vla"')
+    if rl.critic_warmup >= rl.iterations:
+        raise RecipeError(
+            f"rl.critic_warmup ({rl.critic_warmup}) must leave the policy iterations: "
+            f"make it < rl.iterations ({rl.iterations})"
+        )
     if rl.policy != "vla":
         return _train_baseline(recipe, run_dir, resume, progress)
     ckpt, start = starting_point(recipe, run_dir, resume)
@@ -268,9 +331,11 @@ def train_ppo(
     try:
         while iteration < stop_at:
             t0 = time.perf_counter()
+            module.critic_only = iteration < rl.critic_warmup
             result = algo.train()
             iteration += 1
             last = _flatten_result(result) | {"time/iteration_s": time.perf_counter() - t0}
+            last["learner/critic_only"] = float(module.critic_only)
             logger.log(iteration, last)
             bar.update(1)
             after_step(iteration, rl.iterations, recipe, checkpoint, evaluate_fn, logger, run_dir)
@@ -339,7 +404,8 @@ def _flatten_result(result: dict[str, Any]) -> dict[str, float]:
         if isinstance(timers.get(key), int | float):
             out[f"time/{name}"] = float(timers[key])
     learner = result.get("learners", {}).get("default_policy", {})
-    keys = ("policy_loss", "vf_loss", "clip_fraction", "ratio_mean", "approx_kl_old", "kl_ref", "bc_loss")
+    keys = ("policy_loss", "vf_loss", "vf_explained_var", "vf_explained_var_fitted", "clip_fraction", "ratio_mean")
+    keys += ("approx_kl_old", "kl_ref", "bc_loss")
     for key in learner:
         if key in keys or (key.startswith("gradients_") and key.endswith("_global_norm")):
             out[f"learner/{key}"] = float(learner[key])
