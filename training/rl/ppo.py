@@ -111,9 +111,9 @@ class FlowPPOLearner(PPOTorchLearner):
         mask = batch.get(Columns.LOSS_MASK)
 
         def mean(x: torch.Tensor) -> torch.Tensor:
-            return x[mask].sum() / mask.sum() if mask is not None else x.mean()
+            return masked_mean(x, mask)
 
-        critic_loss = self.critic_loss(module_id, module, config, batch, mean, mask)
+        critic_loss = self.critic_loss(module_id, module, config, batch, mask)
         if getattr(module, "critic_only", False):  # rl.critic_warmup: the policy stays where it is
             return config.vf_loss_coeff * critic_loss
         logp = fwd_out.get(Columns.ACTION_LOGP)
@@ -151,11 +151,11 @@ class FlowPPOLearner(PPOTorchLearner):
         )
         return total
 
-    def critic_loss(self, module_id, module, config, batch: dict[str, Any], mean, mask) -> torch.Tensor:
-        """The clipped squared error of the values against GAE's targets; logs it, and on an iteration's
-        first minibatch the share of the targets' variance the critic explains (1: exact, 0: no better
-        than their mean) before this iteration moved it. Where the critic has its own fitting epochs
-        (``rl.vf_fit_epochs``) its inputs and targets are kept for them."""
+    def critic_loss(self, module_id, module, config, batch: dict[str, Any], mask) -> torch.Tensor:
+        """The mean clipped squared error of the values against GAE's targets; logs it, and on an
+        iteration's first minibatch the share of the targets' variance the critic explains (1: exact,
+        0: no better than their mean) before this iteration moved it. Where the critic has its own
+        fitting epochs (``rl.vf_fit_epochs``) its inputs and targets are kept for them."""
         targets = batch[Postprocessing.VALUE_TARGETS]
         if not hasattr(module, "critic_inputs"):  # RLlib's default modules
             values = module.compute_values(batch)
@@ -165,7 +165,7 @@ class FlowPPOLearner(PPOTorchLearner):
             if config.learner_config_dict.get("vf_fit_epochs", 0) > 0:
                 keep = mask if mask is not None else slice(None)
                 self._critic_data = getattr(self, "_critic_data", []) + [(inputs[keep], targets[keep].detach())]
-        vf = mean(torch.clamp((values - targets) ** 2, 0, config.vf_clip_param))
+        vf = masked_mean(clipped_value_error(values, targets, config.vf_clip_param), mask)
         self.metrics.log_dict({VF_LOSS_KEY: vf}, key=module_id, window=1)
         if not getattr(self, "_critic_scored", False):  # the first minibatch: the critic the advantages came from
             ev = explained_variance(values.detach(), targets)
@@ -191,7 +191,7 @@ class FlowPPOLearner(PPOTorchLearner):
         params = list(module.value_head.parameters())
         for _ in range(extra["vf_fit_epochs"]):
             for idx in torch.randperm(len(targets), generator=self._critic_generator).split(self.config.minibatch_size):
-                loss = torch.clamp((module.value_head(inputs[idx]) - targets[idx]) ** 2, 0, self.config.vf_clip_param)
+                loss = clipped_value_error(module.value_head(inputs[idx]), targets[idx], self.config.vf_clip_param)
                 optimizer.zero_grad()
                 loss.mean().backward()
                 torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
@@ -199,6 +199,17 @@ class FlowPPOLearner(PPOTorchLearner):
         with torch.no_grad():
             fitted = explained_variance(module.value_head(inputs), targets)
         self.metrics.log_dict({"vf_explained_var_fitted": fitted}, key=module_id, window=1)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The mean over the samples the loss mask keeps (all of them without one)."""
+    return x[mask].sum() / mask.sum() if mask is not None else x.mean()
+
+
+def clipped_value_error(values: torch.Tensor, targets: torch.Tensor, clip: float) -> torch.Tensor:
+    """PPO's value loss per sample: the squared error, clipped at ``clip`` so one surprising return
+    cannot swamp the critic's step."""
+    return torch.clamp((values - targets) ** 2, 0, clip)
 
 
 def explained_variance(values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
