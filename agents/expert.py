@@ -49,10 +49,45 @@ class Seen:
     pulls_out: bool  # a car waiting to pull out into the traffic (a cut-in, a parking exit: its trigger armed)
 
 
+@dataclass
+class _TheirPath:
+    """Where another vehicle's path meets our junction path (metre by metre, as far as it drives while
+    we are on ours): ``edge``, our front's arc length on our path at which it sees us (the world's
+    traffic reads our body as a point half our width behind the bumper, reaching half our width: seen
+    once that comes within its half width and a margin of its path; inf: its path passes beside ours,
+    clear of both bodies); ``meet``, metres along its path to ours; ``ahead``, how far it drives by
+    each of the ``times`` ahead."""
+
+    edge: float
+    meet: float
+    times: np.ndarray
+    ahead: np.ndarray
+
+    @classmethod
+    def of(cls, world, j: int, path: np.ndarray, along: np.ndarray, times: np.ndarray, ahead: np.ndarray) -> _TheirPath:
+        st, c = world.state, world.compiled
+        a = c.actors
+        ego_w = float(a.width[0])
+        s_j = st.s[j] + np.arange(0.0, float(ahead[-1]) + 1.0, 1.0)
+        jx, jy, _ = c.paths.pose(np.full(len(s_j), st.path_id[j]), s_j)
+        d = np.hypot(jx[:, None] - path[None, :, 0], jy[:, None] - path[None, :, 1])
+        reach = d.min(axis=0)  # how near its path comes to each point of ours
+        seen_from = np.flatnonzero(reach < (a.width[j] + ego_w) / 2 + kernels.OBSTACLE_MARGIN)
+        edge = float(along[seen_from[0]]) + ego_w / 2 if len(seen_from) else math.inf
+        crossing = np.flatnonzero(d.min(axis=1) < 3.0 + a.width[j] / 2)
+        meet = float(crossing[0]) if len(crossing) else math.inf
+        return cls(edge, meet, times, ahead)
+
+
 CROSS_ACCEL = 2.0  # m/s^2 the expert counts on when it crosses or enters a junction
 CROSS_SPEED = 8.0  # m/s it crosses at, at most
 CROSS_MARGIN_M = 4.0  # metres of its junction path kept clear ahead of and behind it when it sets off
 COMMITTED_MARGIN_M = 1.0  # ... and once it has set off: it stops again only for a vehicle that would hit it
+ASSERT_AFTER_S = 10.0  # seconds held at a junction entry by traffic that does not give way before it asserts itself
+YIELD_DECEL = 5.0  # m/s^2 a vehicle that sees us in its path is counted on to brake at, once we assert ourselves
+ASSERT_ACCEL = 1.5  # m/s^2 it counts on for itself then (what its plan reaches from a standstill, not CROSS_ACCEL)
+CREEP_SPEED = 1.5  # m/s it creeps at (the cars queued behind it follow at walking pace, and stop with it)
+CREEP_STANDOFF_M = 0.3  # metres short of where a conflicting vehicle would see it that it creeps up to, waiting
 LANE_CHANGE_BEHIND_M = 30.0  # metres behind us in the lane we change into that it checks
 CUT_IN_HORIZON_S = 3.0  # seconds ahead a vehicle moving across towards our path is projected
 CUT_IN_MIN_SLOPE = 0.25  # ... if it heads across our route at 14 degrees or more
@@ -125,6 +160,9 @@ class Expert(BaseAgent):
         self.approach: str | None = None  # an obstacle it drives on towards, to pass at speed
         self._stopped_at: dict[int, float] = {}
         self._crossing: float | None = None  # route arc length of the junction entry it has set off into
+        self._held: tuple[float, float] | None = None  # (junction entry, since when) it has stood held there
+        self._waved: set[str] = set()  # vehicles that brake for it, counted on while it crosses their path
+        self._creeping = False  # up to the edge of a flow's path, at a junction it asserts itself at
 
     def act(self, observation: dict[str, Any] | None = None) -> AgentOutput:
         return self.plan(self.world)
@@ -273,6 +311,8 @@ class Expert(BaseAgent):
         cap = route_speed_cap(world)
         stops = [g for g in (ped_gap, stop_gap, yield_gap, clip_gap) if math.isfinite(g)]
         speed_cap = self.caution_speed if caution is not None else math.inf
+        if self._creeping:
+            speed_cap = min(speed_cap, CREEP_SPEED)
         ss, vs = speed_profile(
             c.route_s, cap, s_ego, v, (lead_gap, lead_v), stops, self.T, self.s0, speed_cap, max_decel=7.0
         )
@@ -569,6 +609,7 @@ class Expert(BaseAgent):
         c = world.compiled
         lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
         front = s_ego + c.actors.length[0] / 2
+        self._creeping = False
         for k, (li, start) in enumerate(zip(lanes, starts)):
             if li < 0 or start - front > 60.0:
                 break
@@ -576,7 +617,9 @@ class Expert(BaseAgent):
             if lane.junction is None or start + lane.length < s_ego:
                 continue
             rule, hold = self._entry_rule(c, start)
-            if front > max(start, hold) + 1.0:
+            held_since = self._held[1] if self._held is not None and self._held[0] == start else math.inf
+            asserting = world.state.t - held_since >= ASSERT_AFTER_S
+            if front > max(start, hold) + 1.0 and not asserting:
                 return math.inf, None  # already in the junction (past its line, if that lies inside): commit
             turn = geo.wrap_angle(lane.heading[-1] - lane.heading[0])
             merge = lane.junction == "merge"
@@ -593,13 +636,21 @@ class Expert(BaseAgent):
             # once it has set off into this junction it keeps going unless a vehicle would hit it (judged
             # again at every step with the full margin, a gap it took would flicker shut as it moves up)
             margin = COMMITTED_MARGIN_M if self._crossing == start else CROSS_MARGIN_M
-            conflict = self._conflict(world, run, start - front, v, set(lanes[:k].tolist()), standing, margin)
+            queue = set(lanes[:k].tolist())
+            conflict, creep_to = self._conflict(world, run, start - front, v, queue, standing, margin, asserting)
             self._crossing = start if conflict is None else None
-            if conflict is not None:
-                turning = "left_turn" if turn > 0.5 else "right_turn" if turn < -0.5 else "crossing"
-                why = {Rule.STOP: "stop_sign", Rule.YIELD: "yield_sign"}.get(rule, "merge" if merge else turning)
-                return max(start - front - 1.0, 0.0), f"{why}:{conflict}"
-            return math.inf, None
+            if conflict is None:
+                return math.inf, None
+            if v < 0.5 and held_since == math.inf:
+                self._held, self._waved = (start, world.state.t), set()
+            turning = "left_turn" if turn > 0.5 else "right_turn" if turn < -0.5 else "crossing"
+            why = {Rule.STOP: "stop_sign", Rule.YIELD: "yield_sign"}.get(rule, "merge" if merge else turning)
+            # held long by traffic that will not give way, it creeps up to the edge of that traffic's path,
+            # where a gap in which the next vehicle can brake for it is soon enough (CARLA's flows brake
+            # for what stands in their way; so do the world's)
+            self._creeping = asserting
+            stop_at = start - front + creep_to if asserting else start - front - 1.0
+            return max(stop_at, 0.0), f"{why}:{conflict}"
         return math.inf, None
 
     def _lane_change_point(self, world, seen, s_ego, v) -> tuple[float, str | None]:
@@ -649,12 +700,22 @@ class Expert(BaseAgent):
         return Rule(int(j.entry_rule[c.route_path, at[0]])), float(j.entry_hold[c.route_path, at[0]])
 
     def _conflict(
-        self, world, run, dist, v, queue: set[int], standing: bool, margin: float = CROSS_MARGIN_M
-    ) -> str | None:
+        self,
+        world,
+        run,
+        dist,
+        v,
+        queue: set[int],
+        standing: bool,
+        margin: float = CROSS_MARGIN_M,
+        asserting: bool = False,
+    ) -> tuple[str | None, float]:
         """Id of a vehicle that would reach our path through the junction (its lanes ``run``, which start
         ``dist`` metres ahead of our front) while we are on it, if any; vehicles on our own lanes before
         the junction (``queue``) are our queue; with ``standing``, cars standing first at their line that
-        go before us count as setting off; ``margin`` metres of the path are kept clear ahead of and behind us."""
+        go before us count as setting off; ``margin`` metres of the path are kept clear ahead of and behind us.
+        With ``asserting``, a vehicle that lets us through (``_gives_way``) is no conflict, and the second
+        value is how far along the path to creep while we wait (inf: no limit from them)."""
         st, c = world.state, world.compiled
         a = c.actors
         path = np.concatenate([lane.centerline for lane in run])
@@ -672,6 +733,7 @@ class Expert(BaseAgent):
         occupied = (along[None, :] >= lo[:, None]) & (along[None, :] <= hi[:, None]) & (hi >= lo)[:, None]
         p_lanes, p_start = c.paths.lanes, c.paths.lane_start
         sig = None
+        first, creep_to, waved = None, math.inf, set()
         for j in c.idx_path:
             if not st.active[j]:
                 continue
@@ -696,9 +758,43 @@ class Expert(BaseAgent):
             pid = np.full(len(taus), st.path_id[j])
             px, py, _ = c.paths.pose(pid, st.s[j] + ahead)
             d = np.hypot(px[:, None] - path[None, :, 0], py[:, None] - path[None, :, 1])
-            if (occupied & (d < 3.0 + a.width[j] / 2)).any():
-                return a.ids[j]
-        return None
+            near = d < 3.0 + a.width[j] / 2
+            if not (occupied & near).any():
+                continue
+            if asserting:
+                theirs = _TheirPath.of(world, j, path, along, taus, ahead)
+                if a.ids[j] in self._waved or self._gives_way(world, j, theirs, v, dist, float(ours[-1])):
+                    waved.add(a.ids[j])
+                    continue
+                creep_to = min(creep_to, theirs.edge - CREEP_STANDOFF_M)  # (its plan stops ~1 m short of that)
+            first = first or a.ids[j]
+        # once we set off, those braking for us are counted on until we are through or stop again (a flow's
+        # rows are used again by later vehicles: nothing is remembered past a stop)
+        self._waved = self._waved | waved if first is None else set()
+        return first, creep_to
+
+    @staticmethod
+    def _gives_way(world, j: int, theirs: _TheirPath, v: float, dist: float, furthest: float) -> bool:
+        """Whether vehicle ``j``, in the way of a junction crossing we assert ourselves at (our front
+        ``dist`` metres before our junction path at speed ``v``; ``furthest``: how far along it we get in
+        the time we plan for), lets us through: a vehicle of a scenario's flow (they never give way by
+        rule) that sees us on its path early enough to stop short of us braking at ``YIELD_DECEL`` (the
+        world's traffic brakes for an ego on its path ahead, as scenario_runner's flows do), or one that
+        stands and keeps the junction's rules while we are inside it (they hold it for us)."""
+        st, c = world.state, world.compiled
+        if not any(j in f.rows for f in c.flows):
+            return dist < 0.0 and st.speed[j] < 0.5 and bool(c.actors.yields_at_junctions[j])
+        if theirs.edge == math.inf:
+            return True  # its path passes beside ours, clear of both bodies: it need not brake
+        if furthest < theirs.edge:
+            return False
+        t_seen = _time_to_cover(max(theirs.edge + dist, 0.0), v, ASSERT_ACCEL)
+        travelled = float(np.interp(t_seen, theirs.times, theirs.ahead))  # until it sees us
+        speed = float(st.speed[j])
+        if speed < 0.5:  # standing: it stays if it sees us before it has rolled 2 m, at walking pace
+            return travelled < 2.0
+        room = theirs.meet - travelled - c.actors.length[j] / 2 - c.actors.width[0] / 2 - 1.0
+        return room >= speed * speed / (2.0 * YIELD_DECEL)
 
     @staticmethod
     def _first_at_junction(c, st, j: int) -> bool:

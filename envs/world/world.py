@@ -283,9 +283,12 @@ class World:
             if not len(free):
                 continue
             r = int(free[0])
+            pose = self.compiled.paths.pose(np.array([flow.path]), np.array([flow.s]), np.array([flow.lateral]))
+            a = self.compiled.actors
+            if math.hypot(pose[0][0] - st.x[0], pose[1][0] - st.y[0]) < (a.length[0] + a.length[r]) / 2 + 1.0:
+                continue  # the ego stands on the source: a spawn there would fail (CARLA's does); next step
             st.path_id[r], st.s[r], st.d[r], st.speed[r], st.accel[r] = flow.path, flow.s, flow.lateral, flow.speed, 0.0
             st.mode[r], st.active[r], st.in_contact[r], st.stopped_at[r] = 0, True, False, -np.inf
-            pose = self.compiled.paths.pose(np.array([flow.path]), np.array([flow.s]), np.array([flow.lateral]))
             st.x[r], st.y[r], st.yaw[r] = pose[0][0], pose[1][0], pose[2][0]
             st.flow_last[k], st.flow_gap[k] = r, st.rng.uniform(*flow.gap)
 

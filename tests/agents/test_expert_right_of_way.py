@@ -5,6 +5,7 @@ and it moves over for an emergency vehicle coming up behind it."""
 from __future__ import annotations
 
 import json
+import math
 
 import gymnasium as gym
 import numpy as np
@@ -177,8 +178,10 @@ def test_once_it_has_set_off_into_a_junction_only_a_vehicle_that_would_hit_it_st
 
     scenario = _all_way_stop(tmp_path).model_copy(update={"actors": []})
 
-    def margins_tighten_as_it_moves(self, world, run, dist, v, queue, standing, margin=expert_module.CROSS_MARGIN_M):
-        return "phantom" if margin >= expert_module.CROSS_MARGIN_M and v > 1.0 else None
+    def margins_tighten_as_it_moves(
+        self, world, run, dist, v, queue, standing, margin=expert_module.CROSS_MARGIN_M, asserting=False
+    ):
+        return ("phantom" if margin >= expert_module.CROSS_MARGIN_M and v > 1.0 else None), math.inf
 
     monkeypatch.setattr(Expert, "_conflict", margins_tighten_as_it_moves)
 

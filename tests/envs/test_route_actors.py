@@ -60,6 +60,20 @@ def test_an_actor_flow_keeps_its_gaps_and_speed_and_stops_with_its_stretch(empty
     assert w.state.progress > ego.s + 60 and not w.state.active[rows].any()
 
 
+def test_a_flow_does_not_spawn_into_the_ego_standing_on_its_source(empty_straight):
+    """CARLA's spawn fails where a vehicle stands (scenario_runner's flow tries again the next tick): a
+    flow whose source is under the ego waits until the ego has moved off it."""
+    ego = empty_straight.ego
+    flow = {"id": "flow", "path": [ego.lane], "s": ego.s, "end_s": 250.0, "speed": 8.0, "gap": [20.0, 30.0]}
+    w = World(_with(empty_straight, ego=ego.model_dump(mode="json") | {"speed": 0.0}, flows=[flow]))
+    rows = w.compiled.flows[0].rows
+    for _ in range(30):  # the ego stands on the source for 3 s
+        w.step(-1.0, 0.0)
+    assert not w.state.active[rows].any()
+    drive_world(w, lambda w: route_plan(w, 8.0), 3.0)  # it drives off: the flow starts behind it
+    assert w.state.active[rows].any() and not [e for e in w.log if e.kind.value == "collision"]
+
+
 def test_a_front_brake_event_stops_the_vehicles_ahead_on_the_route_only(empty_straight):
     ego = empty_straight.ego
     road = World(empty_straight).compiled.road_map
