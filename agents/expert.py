@@ -7,7 +7,9 @@ and back when the oncoming traffic leaves time for the whole pass, (3) plans a s
 on the tightest of: the leader on the path it plans (the body follows that path; a car moving across
 into it counts), pedestrians near it, red lights and stop signs, and yield points where its junction
 path conflicts with traffic that has priority (unprotected left turns, stop signs, merges; the traffic
-predicted with the world's own right-of-way rules), capped by the lane limit, curvature and caution
+predicted with the world's own right-of-way rules; held there long by a scenario's flow, which never
+gives way, it creeps up and goes when the flow's next vehicle can brake for it), capped by the lane
+limit, curvature and caution
 near occluders and cars waiting to pull out, and (4) writes the Chain-of-Causation text from those
 same decision factors.
 """

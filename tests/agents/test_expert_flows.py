@@ -1,7 +1,9 @@
 """The expert passes an obstacle through the oncoming lane only when the oncoming traffic, braking for it
 as the world's drivers do, leaves it room to get back in lane, the oncoming flow's next vehicle (not
 yet entered) included: it never ends up face to face with a car that stopped for it, beside the
-obstacle, in that car's lane (the Leaderboard's *TwoWays scenarios)."""
+obstacle, in that car's lane (the Leaderboard's *TwoWays scenarios). Held at a junction by a flow that
+never gives way, it creeps up and goes when the flow's next vehicle can brake for it (the junction
+flow scenarios)."""
 
 from __future__ import annotations
 
