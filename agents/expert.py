@@ -763,12 +763,13 @@ class Expert(BaseAgent):
             near = d < 3.0 + a.width[j] / 2
             if not (occupied & near).any():
                 continue
-            if asserting:
-                theirs = _TheirPath.of(world, j, path, along, taus, ahead)
-                if a.ids[j] in self._waved or self._gives_way(world, j, theirs, v, dist, float(ours[-1])):
-                    waved.add(a.ids[j])
-                    continue
-                creep_to = min(creep_to, theirs.edge - CREEP_STANDOFF_M)  # (its plan stops ~1 m short of that)
+            if not asserting:  # the first conflict decides: the rest of the traffic need not be looked at
+                return a.ids[j], math.inf
+            theirs = _TheirPath.of(world, j, path, along, taus, ahead)
+            if a.ids[j] in self._waved or self._gives_way(world, j, theirs, v, dist, float(ours[-1])):
+                waved.add(a.ids[j])
+                continue
+            creep_to = min(creep_to, theirs.edge - CREEP_STANDOFF_M)  # (its plan stops ~1 m short of that)
             first = first or a.ids[j]
         # once we set off, those braking for us are counted on until we are through or stop again (a flow's
         # rows are used again by later vehicles: nothing is remembered past a stop)
