@@ -103,6 +103,7 @@ APPROACH_M = 60.0  # metres before an obstacle to pass through the oncoming lane
 APPROACH_DECEL = 4.0  # m/s^2 it could still stop behind the obstacle at, while it drives on towards it
 OUT_MARGIN_M = 2.0  # metres before the obstacle's rear that it counts itself out in the oncoming lane
 RAMP_MIN_SPEED = 3.0  # m/s the move back into lane after a pass is laid out for, at least
+PASS_ACCEL = 2.5  # m/s^2 it accelerates at through the oncoming lane (1.5 elsewhere: the gaps are short)
 
 
 def _distance_covered(t: np.ndarray, v: float, accel: float = CROSS_ACCEL, top: float = CROSS_SPEED) -> np.ndarray:
@@ -239,6 +240,17 @@ class Expert(BaseAgent):
         centre = lane.pose_at(min(max(s_on, 0.0), lane.length))[0] - c.route_xy[k]
         return float(-math.sin(h) * centre[0] + math.cos(h) * centre[1])
 
+    def _lanes_beside(self, world, nb: dict[str, str | None], width: float) -> list[float]:
+        """Offsets (left +) of the lanes our way right beside the ego, measured: the map's left / right
+        links of the route's lane and theirs, kept where they lie a lane's width from the ego (where a
+        route changes lanes, its line runs between two, and a link of its lane may be two lanes off)."""
+        lanes = world.compiled.road_map.lanes
+        near = {x for x in (nb["left"], nb["right"]) if x is not None}
+        near |= {y for x in list(near) for y in (lanes[x].left, lanes[x].right) if y is not None}
+        ego = float(world.state.lateral)
+        offsets = (self._side_of(world, x) for x in sorted(near))
+        return [b for b in offsets if 0.6 * width < abs(b - ego) < 1.5 * width]
+
     # --- decisions -----------------------------------------------------------------------------------------
     def plan(self, world) -> AgentOutput:
         st, c = world.state, world.compiled
@@ -315,8 +327,19 @@ class Expert(BaseAgent):
         speed_cap = self.caution_speed if caution is not None else math.inf
         if self._creeping:
             speed_cap = min(speed_cap, CREEP_SPEED)
+        passing = self.maneuver is not None and self.maneuver.startswith("nudge")
         ss, vs = speed_profile(
-            c.route_s, cap, s_ego, v, (lead_gap, lead_v), stops, self.T, self.s0, speed_cap, max_decel=7.0
+            c.route_s,
+            cap,
+            s_ego,
+            v,
+            (lead_gap, lead_v),
+            stops,
+            self.T,
+            self.s0,
+            speed_cap,
+            max_decel=7.0,
+            max_accel=PASS_ACCEL if passing else 1.5,
         )
         pts, hs = geo.interpolate(c.route_xy, c.route_s, ss)
         lat = lateral_ahead(ss - s_ego)
@@ -414,7 +437,10 @@ class Expert(BaseAgent):
                 return
             far_end = max(self.pass_end, -math.inf if b is None else b.s + b.length / 2)
             passed = far_end < s_ego - ego_len / 2 - 0.5  # our rear is past its (or the whole obstacle's) front
-            if passed and own_clear:
+            if self.maneuver.startswith("overtake") and own_clear and self._to_junction(world) < self._ramp(v) + 10.0:
+                reasons.append("A junction ahead; return to my lane before it.")  # (its paths start there)
+                self._end_maneuver()
+            elif passed and own_clear:
                 reasons.append(
                     f"Passed the {'parked car' if b is None or b.static else 'slow vehicle'}; return to my lane."
                 )
@@ -423,9 +449,17 @@ class Expert(BaseAgent):
                 # not committed yet (a car half out in the oncoming lane must go on: standing there, it
                 # would be in the oncoming traffic's way): abort and wait behind if the gap has closed by
                 # more than the margin it was taken with (a gap judged again at every step would flicker)
+                # (out in that lane as the decision counted it: as our front nears the obstacle)
+                b = blocker or b
+                out_at = -math.inf if b is None else b.s - b.length / 2
                 if not self._oncoming_clear(
-                    world, seen, s_ego, v, ego_len, ego_w, width, blocker or b, self.offset, margin=-2.0
+                    world, seen, s_ego, v, ego_len, ego_w, width, b, self.offset, margin=-2.0, out_at=out_at
                 ):
+                    self._end_maneuver()
+            elif self.maneuver.startswith("overtake") and abs(st.lateral) < 0.5:
+                # not begun yet (decided at a red light, say): wait again if a car has come up beside
+                ahead = 30.0 if b is None else b.s - s_ego + 30.0
+                if not self._lane_free(seen, s_ego, v, ego_len, width, self.offset, ahead):
                     self._end_maneuver()
             return
         if nb["junction"] is not None:
@@ -436,10 +470,18 @@ class Expert(BaseAgent):
         slow = blocker.static or blocker.v_along < min(0.5 * desired, 6.0)
         if not slow or gap > (APPROACH_M if blocker.static else 45.0):
             return
-        beside = self._side_of(world, nb["left"]) if nb["left"] is not None else 0.0
-        if nb["left"] is not None and abs(beside) > 1.0 and self._lane_free(seen, s_ego, width, beside, gap + 30.0):
-            if gap > 45.0:
-                return
+        # a free lane our way beside: on the left, or on the side the obstacle leaves free (an accident
+        # pushed to the left of a highway's left lane is passed on the right)
+        besides = self._lanes_beside(world, nb, width)
+        besides.sort(key=lambda side: (side * blocker.lat > 0.25, side < 0))
+        beside = next(
+            (b for b in besides if abs(b) > 1.0 and self._lane_free(seen, s_ego, v, ego_len, width, b, gap + 30.0)),
+            None,
+        )
+        if beside is not None:
+            room = self._obstacle_end(seen, blocker) - s_ego + ego_len + self._ramp(max(v, RAMP_MIN_SPEED)) + 10.0
+            if gap > 45.0 or self._to_junction(world) < room:
+                return  # (not yet; or a queue at a junction, or no room to be back in lane before it)
             side = "left" if beside > 0 else "right"
             self.maneuver, self.blocker, self.offset = f"overtake_{side}", blocker.id, beside
             reasons.append(
@@ -486,9 +528,9 @@ class Expert(BaseAgent):
         )
         if ev is None:
             return False
-        for lane_id in (nb["left"], nb["right"]):
-            beside = self._side_of(world, lane_id) if lane_id is not None else 0.0
-            if abs(beside) > 1.0 and self._lane_free(seen, s_ego, width, beside, 30.0):
+        ego_len = float(world.compiled.actors.length[0])
+        for beside in sorted(self._lanes_beside(world, nb, width), key=lambda side: side < 0):
+            if abs(beside) > 1.0 and self._lane_free(seen, s_ego, v, ego_len, width, beside, 30.0):
                 side = "left" if beside > 0 else "right"
                 self.maneuver, self.blocker, self.offset = f"make_way_{side}", ev.id, beside
                 reasons.append(
@@ -530,11 +572,13 @@ class Expert(BaseAgent):
         return max(o.s + o.length / 2 for o in self._obstacle(seen, blocker))
 
     @staticmethod
-    def _lane_free(seen, s_ego, width, target, ahead) -> bool:
+    def _lane_free(seen, s_ego, v, ego_len, width, target, ahead) -> bool:
+        """Whether the lane at lateral ``target`` is free from 15 m behind us (more for a car faster than
+        us: one that would catch us up within 3 s, as on a highway) to ``ahead`` metres ahead."""
         return not any(
             o.kind != PEDESTRIAN
             and abs(o.lat - target) < width / 2 + o.width / 2
-            and s_ego - 15.0 - max(o.v_along, 0) * 1.5 < o.s < s_ego + ahead
+            and (s_ego - 15.0 - max(o.v_along, 0) * 1.5 < o.s < s_ego + ahead or _comes_up_behind(o, s_ego, v, ego_len))
             for o in seen
         )
 
@@ -595,6 +639,7 @@ class Expert(BaseAgent):
             out_lead_s=RAMP_S / 2,
             ramp_s=RAMP_S * ramp_part,
             ramp_min_speed=RAMP_MIN_SPEED,
+            accel=PASS_ACCEL,
         )
         return pass_completes(ego, self._obstacle_end(seen, blocker), oncoming)
 
@@ -690,6 +735,16 @@ class Expert(BaseAgent):
             if behind < 6.0 + 3.0 * _closing(o, v):  # beside us, or closing in within 3 s and 6 m
                 return max(start - front - 1.0, 0.0), f"lane_change:{o.id}"
         return math.inf, None
+
+    @staticmethod
+    def _to_junction(world) -> float:
+        """Metres from our front to where the route next enters a junction (inf: none ahead)."""
+        c = world.compiled
+        lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
+        front = world.state.route_s + c.actors.length[0] / 2
+        inside = (lanes >= 0) & c.lane_in_junction[np.maximum(lanes, 0)] & (starts > front)
+        ahead = np.flatnonzero(inside)
+        return float(starts[ahead[0]] - front) if len(ahead) else math.inf
 
     @staticmethod
     def _entry_rule(c, start: float) -> tuple[Rule | None, float]:

@@ -138,22 +138,24 @@ def speed_profile(
     min_gap: float = 3.0,
     speed_cap: float = math.inf,
     max_decel: float = 6.0,
+    max_accel: float = 1.5,
 ) -> tuple[np.ndarray, np.ndarray]:
     """IDM rollout over the plan horizon along the route: arc lengths and speeds at 0.1 .. 6.4 s.
 
     The tightest constraint wins: the free road (``cap``: the speed limit / curvature cap per route
     vertex, and ``speed_cap``), a lead moving at constant speed (bumper gap, speed), and fixed stop
-    points (gaps to stop lines, yield points, pedestrians) approached with a short headway.
+    points (gaps to stop lines, yield points, pedestrians) approached with a short headway;
+    ``max_accel`` is the IDM's acceleration (a brisker one for a pass through the oncoming lane).
     """
     gap_lead, v_lead = lead
     gaps = list(stops)
     ss, vs = np.empty(PLAN_STEPS), np.empty(PLAN_STEPS)
     for k in range(PLAN_STEPS):
         v0 = min(float(np.interp(s + v * 0.5, route_s, cap)), speed_cap)
-        acc = idm(v, v0, gap_lead, v_lead, 1.5, 2.5, time_headway, min_gap)
+        acc = idm(v, v0, gap_lead, v_lead, max_accel, 2.5, time_headway, min_gap)
         for g in gaps:
-            acc = min(acc, idm(v, v0, max(g - 0.5, 0.05), 0.0, 1.5, 2.5, 0.6, 0.5))
-        acc = min(max(acc, -max_decel), 1.5)
+            acc = min(acc, idm(v, v0, max(g - 0.5, 0.05), 0.0, max_accel, 2.5, 0.6, 0.5))
+        acc = min(max(acc, -max_decel), max_accel)
         v_new = max(v + acc * PLAN_DT, 0.0)
         ds = 0.5 * (v + v_new) * PLAN_DT
         s += ds
