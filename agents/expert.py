@@ -670,8 +670,10 @@ class Expert(BaseAgent):
                 return math.inf, None  # already in the junction (past its line, if that lies inside): commit
             turn = geo.wrap_angle(lane.heading[-1] - lane.heading[0])
             merge = lane.junction == "merge"
-            if not (abs(turn) > 0.5 or merge or rule in (Rule.STOP, Rule.YIELD, Rule.PRIORITY)):
-                return math.inf, None
+            # straight on with the right of way (a green light, a priority road) only a vehicle that keeps
+            # no rules (one running its red, taking priority) or that the junction's rules let in all the
+            # same (a turn the lights leave free) can cut across
+            straight_on = not (abs(turn) > 0.5 or merge or rule in (Rule.STOP, Rule.YIELD, Rule.PRIORITY))
             run = [lane]  # the junction lanes from here to the exit: lanes may merge further in
             for nxt in lanes[k + 1 :]:
                 if nxt < 0 or not c.lane_in_junction[nxt]:
@@ -683,8 +685,12 @@ class Expert(BaseAgent):
             # once it has set off into this junction it keeps going unless a vehicle would hit it (judged
             # again at every step with the full margin, a gap it took would flicker shut as it moves up)
             margin = COMMITTED_MARGIN_M if self._crossing == start else CROSS_MARGIN_M
-            queue = set(lanes[:k].tolist())
-            conflict, creep_to = self._conflict(world, run, start - front, v, queue, standing, margin, asserting)
+            # our queue: the route's lanes from 100 m behind us to the junction (a route that loops crosses
+            # lanes it drove long before, and a car on one of those is cross traffic)
+            queue = {int(x) for x, end in zip(lanes[:k], starts[1 : k + 1]) if end > front - 100.0}
+            conflict, creep_to = self._conflict(
+                world, run, start - front, v, queue, standing, margin, asserting, right_of_way=straight_on
+            )
             self._crossing = start if conflict is None else None
             if conflict is None:
                 return math.inf, None
@@ -766,13 +772,16 @@ class Expert(BaseAgent):
         standing: bool,
         margin: float = CROSS_MARGIN_M,
         asserting: bool = False,
+        right_of_way: bool = False,
     ) -> tuple[str | None, float]:
         """Id of a vehicle that would reach our path through the junction (its lanes ``run``, which start
         ``dist`` metres ahead of our front) while we are on it, if any; vehicles on our own lanes before
         the junction (``queue``) are our queue; with ``standing``, cars standing first at their line that
         go before us count as setting off; ``margin`` metres of the path are kept clear ahead of and behind us.
         With ``asserting``, a vehicle that lets us through (``_gives_way``) is no conflict, and the second
-        value is how far along the path to creep while we wait (inf: no limit from them)."""
+        value is how far along the path to creep while we wait (inf: no limit from them). With
+        ``right_of_way`` (ours by the lights), a vehicle that keeps the lights and not the junction's
+        rules (a flow) stops at its red and is no conflict."""
         st, c = world.state, world.compiled
         a = c.actors
         path = np.concatenate([lane.centerline for lane in run])
@@ -792,7 +801,7 @@ class Expert(BaseAgent):
         sig = None
         first, creep_to, waved = None, math.inf, set()
         for j in c.idx_path:
-            if not st.active[j]:
+            if not st.active[j] or (right_of_way and a.reacts_to_signals[j] and not a.yields_at_junctions[j]):
                 continue
             lane_j = p_lanes[st.path_id[j], kernels.lane_slot(p_lanes, p_start, st.path_id[j], st.s[j])]
             if lane_j in queue:

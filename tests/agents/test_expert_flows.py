@@ -5,7 +5,7 @@ obstacle, in that car's lane (the Leaderboard's *TwoWays scenarios), yet takes a
 from a standstill. Round an obstacle in a lane with another its way beside, it changes into the free
 one on the side the obstacle leaves open, and not in front of a car coming up fast. Held at a junction
 by a flow that never gives way, it creeps up and goes when the flow's next vehicle can brake for it
-(the junction flow scenarios)."""
+(the junction flow scenarios); going straight on at a green light it lets a car running its red cross."""
 
 from __future__ import annotations
 
@@ -222,3 +222,34 @@ def test_the_expert_does_not_pull_out_in_front_of_a_car_coming_up_fast_in_the_la
             break
     events = [e.kind.value for e in world.log]
     assert "route_complete" in events and "collision" not in events and hardest > -1.0
+
+
+def _red_light_runner(s0: float) -> Scenario:
+    """Straight through a junction on green; a car from the right runs its red light at 10 m/s, starting
+    ``s0`` metres along its lane, 110 m long (the Leaderboard's OppositeVehicleRunningRedLight)."""
+    from scenarios.families import make_scenario
+
+    params = {"maneuver": "straight", "lanes": 1, "speed_limit": 11.1, "green_ns": 60.0, "green_ew": 20.0}
+    data = make_scenario("signalized_intersection", params | {"offset": 0.0, "density": 0.0}, 0, "runner")
+    data = data.model_dump(mode="json")
+    runner = {
+        "id": "runner",
+        "lane": "E_b0",
+        "s": s0,
+        "speed": 10.0,
+        "path": ["E_b0", "j:E_b0->W_f0", "W_f0"],
+        "behaviour": {"type": "idm", "desired_speed": 10.0, "reacts_to_signals": False},
+    }
+    return Scenario.model_validate(data | {"actors": [runner], "duration_s": 40.0})
+
+
+def test_going_straight_on_green_the_expert_lets_a_car_running_its_red_light_cross():
+    """Timed to meet it (with the runner 40 m along, an expert that trusts the lights is hit)."""
+    for s0 in (30.0, 40.0, 50.0):
+        env, world, expert = _expert_drives(_red_light_runner(s0))
+        for _ in range(80):
+            _, _, terminated, truncated, _ = env.step(expert.act(None).trajectory)
+            if terminated or truncated:
+                break
+        events = [e.kind.value for e in world.log]
+        assert "collision" not in events and "route_complete" in events, s0
