@@ -179,9 +179,19 @@ def test_once_it_has_set_off_into_a_junction_only_a_vehicle_that_would_hit_it_st
     scenario = _all_way_stop(tmp_path).model_copy(update={"actors": []})
 
     def margins_tighten_as_it_moves(
-        self, world, run, dist, v, queue, standing, margin=expert_module.CROSS_MARGIN_M, asserting=False
+        self,
+        world,
+        run,
+        dist,
+        v,
+        queue,
+        standing,
+        margin=expert_module.CROSS_MARGIN_M,
+        asserting=False,
+        right_of_way=False,
     ):
-        return ("phantom" if margin >= expert_module.CROSS_MARGIN_M and v > 1.0 else None), math.inf
+        phantom = margin >= expert_module.CROSS_MARGIN_M and v > 1.0 and not right_of_way
+        return ("phantom" if phantom else None), math.inf
 
     monkeypatch.setattr(Expert, "_conflict", margins_tighten_as_it_moves)
 
