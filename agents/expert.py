@@ -8,10 +8,10 @@ on the tightest of: the leader on the path it plans (the body follows that path;
 into it counts), pedestrians near it, red lights and stop signs, and yield points where its junction
 path conflicts with traffic that has priority (unprotected left turns, stop signs, merges; the traffic
 predicted with the world's own right-of-way rules; held there long by a scenario's flow, which never
-gives way, it creeps up and goes when the flow's next vehicle can brake for it), capped by the lane
-limit, curvature and caution
-near occluders and cars waiting to pull out, and (4) writes the Chain-of-Causation text from those
-same decision factors.
+gives way, it creeps up and goes when the flow's next vehicle can brake for it; going straight on with
+the right of way, only a vehicle that keeps no rules, or that the rules let in all the same, counts),
+capped by the lane limit, curvature and caution near occluders and cars waiting to pull out, and (4)
+writes the Chain-of-Causation text from those same decision factors.
 """
 
 from __future__ import annotations
@@ -780,8 +780,8 @@ class Expert(BaseAgent):
         go before us count as setting off; ``margin`` metres of the path are kept clear ahead of and behind us.
         With ``asserting``, a vehicle that lets us through (``_gives_way``) is no conflict, and the second
         value is how far along the path to creep while we wait (inf: no limit from them). With
-        ``right_of_way`` (ours by the lights), a vehicle that keeps the lights and not the junction's
-        rules (a flow) stops at its red and is no conflict."""
+        ``right_of_way`` (straight on at a green light or on a road with priority), a vehicle that keeps
+        the lights and not the junction's rules (a flow) stops at its red and is no conflict."""
         st, c = world.state, world.compiled
         a = c.actors
         path = np.concatenate([lane.centerline for lane in run])
