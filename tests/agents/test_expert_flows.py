@@ -53,28 +53,38 @@ def _obstacle_with_oncoming_flow(
     return Scenario.model_validate(data | {"ego": ego, "actors": cars, "flows": [flow], "duration_s": 150.0})
 
 
-def _expert_drives(scenario: Scenario):
-    """The env (reset, collisions not ending it), its world and the expert driving it."""
+def _drive(scenario: Scenario, steps: int):
+    """The world the expert drives ``scenario`` in (collisions do not end it), and an iterator that makes
+    up to ``steps`` decisions of 0.5 s, one per item, stopping where the episode ends."""
     env = gym.make("LoopDrive-v0", scenario=scenario, observations=("state",), terminate_on_collision=False)
     env.reset(seed=0)
     world = env.unwrapped.world
     expert = Expert()
     expert.reset({"world": world})
-    return env, world, expert
+
+    def decisions():
+        for _ in range(steps):
+            _, _, terminated, truncated, _ = env.step(expert.act(None).trajectory)
+            yield
+            if terminated or truncated:
+                return
+
+    return world, decisions()
+
+
+def _events(world) -> list[str]:
+    return [e.kind.value for e in world.log]
 
 
 def _pass(scenario: Scenario) -> tuple[list[str], float]:
     """Events, and the longest time the ego stood in the oncoming lane."""
-    env, world, expert = _expert_drives(scenario)
+    world, decisions = _drive(scenario, 300)
     standing, longest = 0.0, 0.0
-    for _ in range(300):
-        _, _, terminated, truncated, _ = env.step(expert.act(None).trajectory)
+    for _ in decisions:
         out = abs(world.state.lateral) > 1.5 and world.state.speed[0] < 0.3
         standing = standing + 0.5 if out else 0.0
         longest = max(longest, standing)
-        if terminated or truncated:
-            break
-    return [e.kind.value for e in world.log], longest
+    return _events(world), longest
 
 
 def test_the_expert_passes_an_obstacle_between_oncoming_cars_and_never_stands_in_their_lane(monkeypatch):
@@ -108,19 +118,16 @@ def _left_turn_across_a_flow(gap: tuple[float, float]) -> Scenario:
 
 def _turn(scenario: Scenario) -> tuple[list[str], float]:
     """Events, and when the ego was through the junction (inf: never)."""
-    env, world, expert = _expert_drives(scenario)
+    world, decisions = _drive(scenario, 240)
     c = world.compiled
     lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
     k = next(k for k, li in enumerate(lanes) if li >= 0 and c.lane_in_junction[li])
     exit_s = float(starts[k]) + c.road_map.lanes[c.lane_ids[lanes[k]]].length
     through = math.inf
-    for _ in range(240):
-        _, _, terminated, truncated, _ = env.step(expert.act(None).trajectory)
+    for _ in decisions:
         if through == math.inf and world.state.route_s > exit_s + 5.0:
             through = world.state.t
-        if terminated or truncated:
-            break
-    return [e.kind.value for e in world.log], through
+    return _events(world), through
 
 
 def test_held_at_a_turn_by_a_flow_that_never_gives_way_the_expert_creeps_up_and_goes_when_it_can_brake(
@@ -150,15 +157,12 @@ def _standing_behind_a_parked_car(spacing: float) -> Scenario:
 
 def _passed_at(scenario: Scenario) -> tuple[list[str], float]:
     """Events, and when the ego was 10 m past the parked car (inf: never)."""
-    env, world, expert = _expert_drives(scenario)
+    world, decisions = _drive(scenario, 120)
     passed = math.inf
-    for _ in range(120):
-        _, _, terminated, truncated, _ = env.step(expert.act(None).trajectory)
+    for _ in decisions:
         if passed == math.inf and world.state.route_s > 160.0:
             passed = world.state.t
-        if terminated or truncated:
-            break
-    return [e.kind.value for e in world.log], passed
+    return _events(world), passed
 
 
 def test_standing_behind_a_parked_car_the_expert_passes_between_oncoming_cars_55_m_apart(monkeypatch):
@@ -186,14 +190,9 @@ def test_an_obstacle_pushed_to_the_left_of_the_left_lane_is_passed_in_the_free_l
         for k, ds in enumerate((0.0, 10.0, 16.0))
     ]
     scenario = Scenario.model_validate(data | {"ego": ego, "actors": cars, "duration_s": 60.0})
-    env, world, expert = _expert_drives(scenario)
-    lateral = []  # the ego's offset from its lane's centre, left positive
-    for _ in range(120):
-        _, _, terminated, truncated, _ = env.step(expert.act(None).trajectory)
-        lateral.append(world.state.lateral)
-        if terminated or truncated:
-            break
-    events = [e.kind.value for e in world.log]
+    world, decisions = _drive(scenario, 120)
+    lateral = [world.state.lateral for _ in decisions]  # the ego's offset from its lane's centre, left +
+    events = _events(world)
     assert "route_complete" in events and "collision" not in events
     assert min(lateral) < -2.5 and max(lateral) < 1.0
 
@@ -212,15 +211,10 @@ def test_the_expert_does_not_pull_out_in_front_of_a_car_coming_up_fast_in_the_la
         {"id": "fast", "lane": "r_f0", "s": 32.0, "speed": 20.0},
     ]
     scenario = Scenario.model_validate(data | {"ego": ego, "actors": cars, "duration_s": 40.0})
-    env, world, expert = _expert_drives(scenario)
+    world, decisions = _drive(scenario, 80)
     fast = list(world.compiled.actors.ids).index("fast")
-    hardest = 0.0  # the fast car's hardest braking
-    for _ in range(80):
-        _, _, terminated, truncated, _ = env.step(expert.act(None).trajectory)
-        hardest = min(hardest, float(world.state.accel[fast]))
-        if terminated or truncated:
-            break
-    events = [e.kind.value for e in world.log]
+    hardest = min(0.0, *(float(world.state.accel[fast]) for _ in decisions))  # its hardest braking
+    events = _events(world)
     assert "route_complete" in events and "collision" not in events and hardest > -1.0
 
 
@@ -246,10 +240,8 @@ def _red_light_runner(s0: float) -> Scenario:
 def test_going_straight_on_green_the_expert_lets_a_car_running_its_red_light_cross():
     """Timed to meet it (with the runner 40 m along, an expert that trusts the lights is hit)."""
     for s0 in (30.0, 40.0, 50.0):
-        env, world, expert = _expert_drives(_red_light_runner(s0))
-        for _ in range(80):
-            _, _, terminated, truncated, _ = env.step(expert.act(None).trajectory)
-            if terminated or truncated:
-                break
-        events = [e.kind.value for e in world.log]
+        world, decisions = _drive(_red_light_runner(s0), 80)
+        for _ in decisions:
+            pass
+        events = _events(world)
         assert "collision" not in events and "route_complete" in events, s0
