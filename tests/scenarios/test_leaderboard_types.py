@@ -259,3 +259,60 @@ def test_the_readme_table_is_the_one_the_code_makes():
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert types_table() in readme
+
+
+def test_flow_types_clear_the_background_traffic_scenario_runner_clears(town01_route):
+    """HandleJunctionScenario by type: EnterActorFlow clears the junction the ego meets its flow at,
+    InterurbanAdvancedActorFlow that and every other way into and out of it, EnterActorFlowV2 neither
+    (only the ego's lane and the flow's way in)."""
+    road_map, _, plan, frame = town01_route
+    lanes = road_map.lanes
+    _, _, k = frame.junction_after(95.0)
+    junction = lanes[plan.lanes[k]].junction
+    left_turn = play(plan.lanes, road_map, [("L", "NonSignalizedJunctionLeftTurn", {}, 95.0)], "route 0")
+    (through,) = left_turn.played.flows  # a flow's way across this junction, on two-way roads
+    two_way = [lanes[x] for x in through["path"] if lanes[x].junction is None and lanes[x].opposite]
+    first, last = two_way[0], two_way[-1]
+    at = {
+        "start_actor_flow": dict(zip("xy", map(str, first.centerline[len(first.centerline) // 2]))),
+        "end_actor_flow": dict(zip("xy", map(str, last.centerline[len(last.centerline) // 2]))),
+    }
+    rooms = {}
+    for kind in ("EnterActorFlow", "EnterActorFlowV2", "InterurbanAdvancedActorFlow"):
+        out = play(plan.lanes, road_map, [("F", kind, dict(at), 95.0)], "route 0")
+        assert out.types == [kind] and not out.skipped, out.skipped
+        ((room,),) = [out.played.clear_background]
+        rooms[kind] = set(room["lanes"])
+        flow_lanes = {x for f in out.played.flows for x in f["path"]}
+    inside = {x for x, ln in lanes.items() if ln.junction == junction}
+    ways = {y for x in inside for y in (*lanes[x].predecessors, *lanes[x].successors)} - inside
+    mine = {plan.lanes[k - 1]} | {x for x in plan.lanes[k:] if lanes[x].junction is None}
+    assert not rooms["EnterActorFlowV2"] & inside
+    assert inside <= rooms["EnterActorFlow"] and not (rooms["EnterActorFlow"] - inside) & (ways - {first.id})
+    advanced = rooms["InterurbanAdvancedActorFlow"]
+    assert inside <= advanced and ways - mine <= advanced and not advanced & (mine - flow_lanes)
+
+
+def test_interurban_advanced_actor_flow_plays_its_second_flow_the_other_way(town01_route):
+    """scenario_runner's InterurbanAdvancedActorFlow: the flow the ego crosses, and one from the lane
+    left of that flow's end to the lane left of its start (the other way), which the ego merges into."""
+    road_map, _, plan, _ = town01_route
+    lanes = road_map.lanes
+    left_turn = play(plan.lanes, road_map, [("L", "NonSignalizedJunctionLeftTurn", {}, 95.0)], "route 0")
+    (through,) = left_turn.played.flows
+    # (on two-way roads: scenario_runner refuses a second flow where no driving lane lies left)
+    two_way = [lanes[x] for x in through["path"] if lanes[x].junction is None and lanes[x].opposite]
+    first, last = two_way[0], two_way[-1]
+    start, end = first.centerline[len(first.centerline) // 2], last.centerline[len(last.centerline) // 2]
+    at = {"start_actor_flow": dict(zip("xy", map(str, start))), "end_actor_flow": dict(zip("xy", map(str, end)))}
+    out = play(plan.lanes, road_map, [("F", "InterurbanAdvancedActorFlow", at, 95.0)], "route 0")
+    assert not out.skipped, out.skipped
+    crossed, back = out.played.flows
+    assert first.id in crossed["path"] and back["id"] == "sc0.flow_back"
+    back_first, back_last = lanes[back["path"][0]], lanes[back["path"][-1]]
+    # it starts beside the first flow's end, heading the other way, and ends beside its start
+    start_xy, start_heading = back_first.pose_at(back["s"])
+    assert np.hypot(*(start_xy - end)) < 5.0 and math.cos(start_heading - last.pose_at(last.length / 2)[1]) < -0.9
+    end_xy, _ = back_last.pose_at(back["end_s"] - sum(lanes[x].length for x in back["path"][:-1]))
+    assert np.hypot(*(end_xy - start)) < 5.0
+    assert back["speed"] == crossed["speed"] and back["gap"] == crossed["gap"]
