@@ -7,9 +7,12 @@ and back when the oncoming traffic leaves time for the whole pass, (3) plans a s
 on the tightest of: the leader on the path it plans (the body follows that path; a car moving across
 into it counts), pedestrians near it, red lights and stop signs, and yield points where its junction
 path conflicts with traffic that has priority (unprotected left turns, stop signs, merges; the traffic
-predicted with the world's own right-of-way rules; held there long by a scenario's flow, which never
-gives way, it creeps up and goes when the flow's next vehicle can brake for it; going straight on with
-the right of way, only a vehicle that keeps no rules, or that the rules let in all the same, counts),
+predicted with the world's own right-of-way rules and both bodies' extent; a car that gets into our lane
+before us is followed, one that would run up behind us as we come out waited for; held there long by a
+scenario's flow, which never gives way, it creeps up and goes when the flow's next vehicle can brake
+for it; going straight on with the right of way, only a vehicle that keeps no rules, or that the rules
+let in all the same, counts) and lane changes the route makes (along an acceleration lane it keeps to
+its lane a little slower than the car in the way and goes in behind it),
 capped by the lane limit, curvature and caution near occluders and cars waiting to pull out, and (4)
 writes the Chain-of-Causation text from those same decision factors.
 """
@@ -71,12 +74,12 @@ class _TheirPath:
         a = c.actors
         ego_w = float(a.width[0])
         s_j = st.s[j] + np.arange(0.0, float(ahead[-1]) + 1.0, 1.0)
-        jx, jy, _ = c.paths.pose(np.full(len(s_j), st.path_id[j]), s_j)
+        jx, jy, jyaw = c.paths.pose(np.full(len(s_j), st.path_id[j]), s_j)
         d = np.hypot(jx[:, None] - path[None, :, 0], jy[:, None] - path[None, :, 1])
         reach = d.min(axis=0)  # how near its path comes to each point of ours
         seen_from = np.flatnonzero(reach < (a.width[j] + ego_w) / 2 + kernels.OBSTACLE_MARGIN)
         edge = float(along[seen_from[0]]) + ego_w / 2 if len(seen_from) else math.inf
-        crossing = np.flatnonzero(d.min(axis=1) < 3.0 + a.width[j] / 2)
+        crossing = np.flatnonzero((d < _body_reach(world, j, jyaw, _tangents(path))).any(axis=1))
         meet = float(crossing[0]) if len(crossing) else math.inf
         return cls(edge, meet, times, ahead)
 
@@ -84,6 +87,9 @@ class _TheirPath:
 CROSS_ACCEL = 2.0  # m/s^2 the expert counts on when it crosses or enters a junction
 CROSS_SPEED = 8.0  # m/s it crosses at, at most
 CROSS_MARGIN_M = 4.0  # metres of its junction path kept clear ahead of and behind it when it sets off
+CONFLICT_MARGIN_M = 1.0  # metres between our body and a crossing vehicle's across the path that count as meeting
+FOLLOW_S = 1.0  # seconds a vehicle coming up behind us where our junction path ends must be back, at least
+FOLLOWER_DECEL = 3.0  # m/s^2 it is counted on to brake at to match our speed there
 COMMITTED_MARGIN_M = 1.0  # ... and once it has set off: it stops again only for a vehicle that would hit it
 ASSERT_AFTER_S = 10.0  # seconds held at a junction entry by traffic that does not give way before it asserts itself
 YIELD_DECEL = 5.0  # m/s^2 a vehicle that sees us in its path is counted on to brake at, once we assert ourselves
@@ -103,7 +109,97 @@ APPROACH_M = 60.0  # metres before an obstacle to pass through the oncoming lane
 APPROACH_DECEL = 4.0  # m/s^2 it could still stop behind the obstacle at, while it drives on towards it
 OUT_MARGIN_M = 2.0  # metres before the obstacle's rear that it counts itself out in the oncoming lane
 RAMP_MIN_SPEED = 3.0  # m/s the move back into lane after a pass is laid out for, at least
+HOLD_END_M = 15.0  # metres before its lane ends that a long lane change held off waits, at the latest
+MERGE_SLOWER = 1.5  # m/s slower than the car in the way that it drives, waiting to change in behind it
 PASS_ACCEL = 2.5  # m/s^2 it accelerates at through the oncoming lane (1.5 elsewhere: the gaps are short)
+
+
+def _body_reach(world, j: int, their_yaw: np.ndarray, our_heading: np.ndarray) -> np.ndarray:
+    """How near (m) vehicle ``j``'s centre, heading ``their_yaw`` (one per row), may come to each point of
+    our path (heading ``our_heading``, one per column) before the two bodies come within
+    ``CONFLICT_MARGIN_M`` of each other: its body's reach across our path (its half length crossing it,
+    its half width alongside it) and half our width. A car in the next lane passes beside us; one
+    crossing our path is met a half length before its centre gets there."""
+    a = world.compiled.actors
+    angle = their_yaw[:, None] - our_heading[None, :]
+    across = 0.5 * a.length[j] * np.abs(np.sin(angle)) + 0.5 * a.width[j] * np.abs(np.cos(angle))
+    return across + 0.5 * a.width[0] + CONFLICT_MARGIN_M
+
+
+def _tangents(path: np.ndarray) -> np.ndarray:
+    """Heading of a polyline at each vertex (central differences: lanes joined end to start repeat a vertex)."""
+    g = np.gradient(path, axis=0)
+    return np.arctan2(g[:, 1], g[:, 0])
+
+
+def _to_our_exit(world, j: int, exit_xy: np.ndarray) -> float:
+    """Metres along vehicle ``j``'s path from its centre to where our junction path ends (``exit_xy``):
+    negative once past it, nan if its path does not go there (it does not end up in our lane)."""
+    st, c = world.state, world.compiled
+    s_exit, off = c.paths.project(int(st.path_id[j]), exit_xy)
+    return float(s_exit - st.s[j]) if abs(off) < 1.0 else math.nan
+
+
+def _junction_of(world, j: int) -> str | None:
+    """The map junction vehicle ``j`` is in (None: on a road)."""
+    st, c = world.state, world.compiled
+    p_lanes, p_start = c.paths.lanes, c.paths.lane_start
+    lane = p_lanes[st.path_id[j], kernels.lane_slot(p_lanes, p_start, st.path_id[j], st.s[j])]
+    return c.road_map.lanes[c.lane_ids[lane]].junction if lane >= 0 else None
+
+
+def _leads_us(
+    world, j: int, path: np.ndarray, along: np.ndarray, heading: np.ndarray, front: float, to_exit: float
+) -> bool:
+    """Whether vehicle ``j``, ``to_exit`` metres from where our junction path (``path``: arc lengths
+    ``along``, headings ``heading``) ends, is in front of us going our way: past that end, or on our path
+    or in the lane beside it (a merge's) wholly ahead of our front (arc length ``front``). The car that
+    merges in just before us is followed, not waited for."""
+    st, a = world.state, world.compiled.actors
+    gap = np.hypot(path[:, 0] - st.x[j], path[:, 1] - st.y[j])
+    k = int(np.argmin(gap))
+    if math.cos(float(st.yaw[j]) - float(heading[k])) < math.cos(math.radians(30.0)):
+        return False
+    beside = gap[k] < 5.0 and k < len(path) - 1 and along[k] - a.length[j] / 2 > front
+    return beside or to_exit < 0.0
+
+
+def _on_our_heels(
+    world, j: int, to_exit: float, past_exit: np.ndarray, ahead: np.ndarray, taus: np.ndarray, v: float
+) -> bool:
+    """Whether moving vehicle ``j``, ``to_exit`` metres from where our junction path ends, would come up
+    on us too fast to follow us once we are out (our front ``past_exit`` metres past that point and it
+    ``ahead`` metres on, by the ``taus`` ahead): merging in front of a faster car is a conflict even if
+    it never touches our path while we are on it."""
+    st, a = world.state, world.compiled.actors
+    speed = float(st.speed[j])
+    if speed < 0.5 or to_exit - a.length[j] / 2 < a.length[0] - past_exit[0]:
+        return False  # standing, or not behind us (beside us: the path check's business)
+    gap = past_exit[-1] - a.length[0] + (to_exit - ahead[-1] - a.length[j] / 2)
+    ours = min(v + CROSS_ACCEL * float(taus[-1]), max(v, CROSS_SPEED))
+    return gap < FOLLOW_S * speed + max(speed - ours, 0.0) ** 2 / (2.0 * FOLLOWER_DECEL) + 2.0
+
+
+def _smoothstep(t: float | np.ndarray) -> float | np.ndarray:
+    """The map's lane-change blend: 0 to 1 over ``t`` in [0, 1], flat at both ends."""
+    t = np.clip(t, 0.0, 1.0)
+    return t * t * (3.0 - 2.0 * t)
+
+
+def _in_own_lane(s_ego: float, first: float, length: float, side: float, ahead: np.ndarray) -> np.ndarray:
+    """The lateral offsets ``ahead`` metres on that keep us in our own lane while the route's line moves
+    ``side`` metres across over the ``length`` metres from arc length ``first`` (a lane change held off)."""
+    return -side * _smoothstep((s_ego + np.asarray(ahead) - first) / length)
+
+
+def _lane_change_commit(length: float, across: float, inside: float) -> float:
+    """Metres into a lane change whose route line moves ``across`` metres over a lane ``length`` long
+    (``_smoothstep``) at which our side reaches the new lane (our centre ``inside`` metres off our own
+    lane's centre)."""
+    if across <= inside:
+        return 0.0
+    f = np.linspace(0.0, 1.0, 101)
+    return float(np.interp(inside / across, _smoothstep(f), f) * length)
 
 
 def _distance_covered(t: np.ndarray, v: float, accel: float = CROSS_ACCEL, top: float = CROSS_SPEED) -> np.ndarray:
@@ -164,8 +260,12 @@ class Expert(BaseAgent):
         self._stopped_at: dict[int, float] = {}
         self._crossing: float | None = None  # route arc length of the junction entry it has set off into
         self._held: tuple[float, float] | None = None  # (junction entry, since when) it has stood held there
+        self._held_change: tuple[float, float] | None = None  # (lane change, since when) it has stood held there
         self._waved: set[str] = set()  # vehicles that brake for it, counted on while it crosses their path
         self._creeping = False  # up to the edge of a flow's path, at a junction it asserts itself at
+        self._merge_speed = math.inf  # m/s it keeps to while a car in the lane it changes into draws ahead
+        self._merge_hold: tuple[float, float, float] | None = None  # (start, length, side) of a long change held off
+        self._merged = -math.inf  # route arc length where the long lane change it has moved across into starts
 
     def act(self, observation: dict[str, Any] | None = None) -> AgentOutput:
         return self.plan(self.world)
@@ -272,17 +372,25 @@ class Expert(BaseAgent):
         elif self.maneuver is None and abs(st.lateral) > 0.5:  # moving back in: before an oncoming car stopped for us
             to_blocker = self._room_to_pull_back(seen, s_ego, st.lateral, ego_len, ego_w)
         lateral_ahead = partial(self._offset_profile, st.lateral, v=v, limit=to_blocker, back_at=back_at)
+        change_gap, change_reason = self._lane_change_point(world, seen, s_ego, v)
+        if self._merge_hold is not None:  # kept in our lane while the route's line moves across
+            lateral_ahead = partial(_in_own_lane, s_ego, *self._merge_hold)
 
         # longitudinal constraints (gaps are bumper to bumper along the route)
         corridor = ego_w / 2 + self._margin(width, ego_w)
         lead_gap, lead_v, lead = math.inf, 0.0, None
         clip_gap = math.inf  # stop short of the car we go around while we would still clip it
+        crossing = self._crossing_junction(world)
         for o in seen:
             if o.kind == PEDESTRIAN or o.s <= s_ego:
                 continue
+            if o.v_along < -1.0 and crossing is not None and _junction_of(world, o.index) == crossing:
+                continue  # coming across the junction we have set off into: judged clear of us there
             gap = o.s - s_ego - (ego_len + o.length) / 2
-            if gap < -0.5:  # alongside, not ahead: braking cannot help, driving on and away does
-                continue
+            if gap < -0.5 and o.s < s_ego + ego_len / 2:  # alongside: braking cannot help, driving on does,
+                if o.s < s_ego or abs(o.lat - st.lateral) > (ego_w + o.width) / 2 + 0.3:
+                    continue  # unless it is a nose ahead and all but touching us (a lane that merges into ours)
+            gap = max(gap, 0.0)  # (a car across our bumper, its centre ahead of it: we stay where we are)
             if o.id == self.approach:
                 continue  # (the pass starts nearer; this decision is made again at every step)
             if self.maneuver and o.id == self.blocker:
@@ -317,16 +425,27 @@ class Expert(BaseAgent):
                     ped_gap, ped = gap, o
         stop_gap, stop_reason = self._stop_line(world)
         yield_gap, yield_reason = self._yield_point(world, seen, s_ego, v)
-        change_gap, change_reason = self._lane_change_point(world, seen, s_ego, v)
         if change_gap < yield_gap:
             yield_gap, yield_reason = change_gap, change_reason
         caution = self._caution(world, seen, s_ego)
 
         cap = route_speed_cap(world)
-        stops = [g for g in (ped_gap, stop_gap, yield_gap, clip_gap) if math.isfinite(g)]
+        # still out in the lane beside as a junction comes (its paths start in our lane) with a car beside us
+        # in ours: wait before the junction to be back in lane behind it
+        out_of_lane = self.maneuver is not None and self.maneuver.startswith("overtake") and abs(st.lateral) > 1.0
+        held_out = out_of_lane and any(
+            o.kind == VEHICLE
+            and not o.static
+            and abs(o.lat) < corridor + o.width / 2
+            and (abs(o.s - s_ego) < ego_len or _comes_up_behind(o, s_ego, v, ego_len))
+            for o in seen
+        )
+        junction_gap = self._to_junction(world) - 1.0 if held_out else math.inf
+        stops = [g for g in (ped_gap, stop_gap, yield_gap, clip_gap, junction_gap) if math.isfinite(g)]
         speed_cap = self.caution_speed if caution is not None else math.inf
         if self._creeping:
             speed_cap = min(speed_cap, CREEP_SPEED)
+        speed_cap = min(speed_cap, self._merge_speed)
         passing = self.maneuver is not None and self.maneuver.startswith("nudge")
         ss, vs = speed_profile(
             c.route_s,
@@ -467,7 +586,11 @@ class Expert(BaseAgent):
         if self._make_way(world, seen, s_ego, width, corridor, nb, reasons) or blocker is None:
             return
         gap = blocker.s - s_ego - (ego_len + blocker.length) / 2
-        slow = blocker.static or blocker.v_along < min(0.5 * desired, 6.0)
+        # (not one picking up speed, away from a light say, nor one crossing our lane: slow only for now)
+        crossing = abs(blocker.v_lat) > 1.0 or blocker.v_along < -0.5
+        slow = blocker.static or (
+            blocker.v_along < min(0.5 * desired, 6.0) and st.accel[blocker.index] < 0.5 and not crossing
+        )
         if not slow or gap > (APPROACH_M if blocker.static else 45.0):
             return
         # a free lane our way beside: on the left, or on the side the obstacle leaves free (an accident
@@ -648,6 +771,19 @@ class Expert(BaseAgent):
         clear = max(sign * o.lat + o.width / 2 for o in self._obstacle(seen, blocker)) + ego_w / 2 + 0.9
         return sign * min(max(clear, 1.5), width)
 
+    def _crossing_junction(self, world) -> str | None:
+        """The map junction whose entry the expert has set off into, while it is not through it."""
+        if self._crossing is None:
+            return None
+        c = world.compiled
+        lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
+        at = np.flatnonzero((np.abs(starts - self._crossing) < 1e-6) & (lanes >= 0))
+        if not len(at):
+            return None
+        lane = c.road_map.lanes[c.lane_ids[lanes[at[-1]]]]
+        through = self._crossing + lane.length < world.state.route_s - c.actors.length[0]
+        return None if through else lane.junction
+
     def _stop_line(self, world) -> tuple[float, str | None]:
         return next_stop_line(world, self._stopped_at)
 
@@ -707,39 +843,70 @@ class Expert(BaseAgent):
         return math.inf, None
 
     def _lane_change_point(self, world, seen, s_ego, v) -> tuple[float, str | None]:
-        """Wait before a lane change the route makes while the lane it moves into is taken beside us or
-        a vehicle in it would catch up with us during the change (the route's line moves across over
-        the lane before the new one; both lanes start where the move does)."""
+        """Wait for a lane change the route makes while the lane it moves into is taken beside us or a
+        vehicle in it would catch up with us during the change (the route's line moves across over the
+        lane before the new one; both lanes start where the move does). A short move is decided before
+        it starts (before the junction it follows); along a long one (an acceleration lane) we keep to
+        our lane, a little slower than the car in the way, up to near its end (``_merge_hold``), and
+        move across in ``_ramp`` once the gap is there."""
         c = world.compiled
         lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
         front = s_ego + c.actors.length[0] / 2
-        # a change that starts ahead, or that we have just begun (routes often change right after a junction)
-        ahead = np.flatnonzero((starts[:-1] == starts[1:]) & (lanes[1:] >= 0) & (starts[:-1] > front - 4.0))
-        if not len(ahead) or starts[ahead[0]] - front > 40.0:
+        ego_w = float(c.actors.width[0])
+        self._merge_speed, self._merge_hold = math.inf, None
+        for k in np.flatnonzero((starts[:-1] == starts[1:]) & (lanes[1:] >= 0) & (lanes[:-1] >= 0)):
+            here, there = (c.road_map.lanes[c.lane_ids[lanes[x]]] for x in (k, k + 1))
+            heading = here.heading[0]
+            side = float(np.dot(there.centerline[0] - here.centerline[0], [-np.sin(heading), np.cos(heading)]))
+            first = float(starts[k])
+            commit = _lane_change_commit(here.length, abs(side), here.width / 2 - ego_w / 2)
+            long = commit >= MIN_RAMP_M and here.length > HOLD_END_M + 2.0 * MIN_RAMP_M
+            start = first + here.length - HOLD_END_M if long else first + commit  # where it waits, at the latest
+            if start > front - 4.0 and self._merged != first:
+                break
+        else:
             return math.inf, None
-        k = ahead[0]
-        start = float(starts[k])
-        if k > 0 and lanes[k - 1] >= 0 and c.lane_in_junction[lanes[k - 1]]:
-            # the change starts where a junction ends: decide before the junction, never inside it
-            start = float(starts[k - 1])
-            if front > start + 1.0:
+        if (first if long else start) - front > 40.0:
+            return math.inf, None
+        if not long:  # decided before it starts
+            if k > 0 and lanes[k - 1] >= 0 and c.lane_in_junction[lanes[k - 1]]:
+                # the change starts where a junction ends: decide before the junction, never inside it
+                start = float(starts[k - 1])
+                if front > start + 1.0:
+                    return math.inf, None
+            elif c.lane_in_junction[lanes[k]]:
                 return math.inf, None
-        elif c.lane_in_junction[lanes[k]]:
-            return math.inf, None
-        here, there = (c.road_map.lanes[c.lane_ids[lanes[x]]] for x in (k, k + 1))
-        heading = here.heading[0]
-        side = float(np.dot(there.centerline[0] - here.centerline[0], [-np.sin(heading), np.cos(heading)]))
+        # the new lane's centre from the route's line beside us (the line has moved part of the way)
+        side_now = side * (1.0 - _smoothstep((s_ego - first) / here.length)) if long else side
         ego_len = float(c.actors.length[0])
+        held = self._held_change is not None and self._held_change[0] == start
+        # held long by a scenario's flow, which never lets anyone in, it goes in front of a flow vehicle
+        # that can brake for it once it is in that vehicle's lane (as at a junction)
+        asserting = held and world.state.t - self._held_change[1] >= ASSERT_AFTER_S
+        flow_rows = {int(r) for f in c.flows for r in f.rows} if asserting else set()
         for o in seen:
-            if o.kind == PEDESTRIAN or o.static or abs(o.lat - side) > there.width / 2 + 0.5:
+            if o.kind == PEDESTRIAN or o.static or abs(o.lat - side_now) > there.width / 2 + 0.5:
                 continue
-            if o.s - o.length / 2 > s_ego + ego_len / 2 + 5.0:
+            pulling_away = o.v_along > v + 1.0
+            if o.s - o.length / 2 > s_ego + ego_len / 2 + (1.0 if pulling_away else 5.0):
                 continue  # ahead of us in that lane: a leader once we are in it
             behind = _behind_gap(o, s_ego, ego_len)
-            if behind > LANE_CHANGE_BEHIND_M:
-                continue  # (waiting for a stream from far back would leave us standing in a moving lane)
-            if behind < 6.0 + 3.0 * _closing(o, v):  # beside us, or closing in within 3 s and 6 m
+            if behind > LANE_CHANGE_BEHIND_M or (behind > 0.0 and o.speed < 0.5):
+                continue  # (far back: waiting for a stream would leave us standing; standing behind: waits for us)
+            closing = _closing(o, v)
+            if o.index in flow_rows and behind > 2.0 + 0.5 * closing + closing**2 / (2.0 * YIELD_DECEL):
+                continue
+            if behind < 6.0 + 3.0 * closing:  # beside us, or closing in within 3 s and 6 m
+                if v < 0.5 and not held:
+                    self._held_change = (start, world.state.t)
+                if long:
+                    self._merge_hold = (first, here.length, side)
+                    # a little slower than the car in the way: it draws ahead, and we go in behind it at
+                    # about its speed (a merge from an acceleration lane, not from a stop)
+                    self._merge_speed = max(o.v_along - MERGE_SLOWER, 0.0)
                 return max(start - front - 1.0, 0.0), f"lane_change:{o.id}"
+        if long and front > first:
+            self._merged = first  # free: across now, and not called off (the move takes ``_ramp``)
         return math.inf, None
 
     @staticmethod
@@ -786,13 +953,14 @@ class Expert(BaseAgent):
         a = c.actors
         path = np.concatenate([lane.centerline for lane in run])
         along = geo.arc_lengths(path)
+        heading = _tangents(path)
         length = float(along[-1])
         # where we will be: from our speed, accelerating at CROSS_ACCEL up to CROSS_SPEED (arc length on
         # the junction path, from -dist); a vehicle conflicts if it comes near the stretch of the path we
         # occupy (our length and a margin either side) at the same time, not anywhere on it at any time
         ego_len = float(a.length[0])
         t_clear = _time_to_cover(max(dist + length + ego_len + 2.0, 0.5), v) + (1.5 if v < 1.0 else 0.5)
-        taus = np.arange(0.0, t_clear + 0.01, 0.5)
+        taus = np.arange(0.0, t_clear + 0.01, 0.25)  # (a car at 17 m/s moves 4 m a step: its body's length)
         ours = _distance_covered(taus, v) - dist
         lo = np.maximum(ours - ego_len - margin, 0.0)
         hi = np.minimum(ours + margin + 2.0, length)
@@ -808,6 +976,9 @@ class Expert(BaseAgent):
                 continue
             if np.hypot(st.x[j] - path[0, 0], st.y[j] - path[0, 1]) > max(90.0, st.speed[j] * t_clear + 30.0):
                 continue  # too far to reach our path while we are on it (fast roads reach further)
+            to_exit = _to_our_exit(world, j, path[-1])  # (nan: it does not end up in our lane)
+            if not math.isnan(to_exit) and _leads_us(world, j, path, along, heading, float(ours[0]), to_exit):
+                continue  # it gets into our lane before us: a leader to follow
             if st.speed[j] < 0.5:  # standing: a car first at its junction line that goes before us, counted as
                 # setting off now (what else holds it, a car crossing in front of it, may clear at any moment)
                 if not standing:
@@ -822,10 +993,11 @@ class Expert(BaseAgent):
             else:
                 ahead = st.speed[j] * taus
             pid = np.full(len(taus), st.path_id[j])
-            px, py, _ = c.paths.pose(pid, st.s[j] + ahead)
+            px, py, pyaw = c.paths.pose(pid, st.s[j] + ahead)
             d = np.hypot(px[:, None] - path[None, :, 0], py[:, None] - path[None, :, 1])
-            near = d < 3.0 + a.width[j] / 2
-            if not (occupied & near).any():
+            near = d < _body_reach(world, j, pyaw, heading)
+            heels = not math.isnan(to_exit) and _on_our_heels(world, j, to_exit, ours - length, ahead, taus, v)
+            if not (occupied & near).any() and not heels:
                 continue
             if not asserting:  # the first conflict decides: the rest of the traffic need not be looked at
                 return a.ids[j], math.inf

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import gymnasium as gym
+import numpy as np
 
 from agents import prediction
 from agents.expert import Expert
@@ -245,3 +246,71 @@ def test_going_straight_on_green_the_expert_lets_a_car_running_its_red_light_cro
             pass
         events = _events(world)
         assert "collision" not in events and "route_complete" in events, s0
+
+
+def _on_the_ramp(actors: list[dict] = (), flows: list[dict] = (), s: float = 133.0, speed: float = 0.0) -> Scenario:
+    """A highway on-ramp whose 25 m merge lane runs beside the outer lane (hu_f1) into it: the ego on the
+    ramp ``s`` metres along (133: standing at the merge lane's start)."""
+    from scenarios.families import make_scenario
+
+    params = {"lanes": 2, "speed_limit": 22.2, "density": 0.0, "ramp_length": 100.0}
+    data = make_scenario("highway_merge", params, 0, "ramp").model_dump(mode="json")
+    data["ego"] |= {"s": s, "speed": speed, "goal_distance": 250.0 - s + 40.0}
+    return Scenario.model_validate(data | {"actors": list(actors), "flows": list(flows), "duration_s": 90.0})
+
+
+def test_the_expert_does_not_merge_in_front_of_a_car_coming_up_fast_in_the_lane_it_merges_into():
+    """The car reaches the merge lane only after the ego has left it, then runs up behind it: the
+    previous expert merged and made it brake at 8-9 m/s^2."""
+    from scenarios.families import idm_actor
+
+    for s, speed in ((0.0, 25.0), (0.0, 28.0), (10.0, 25.0)):
+        car = idm_actor("fast", "hu_f1", s, speed, ["hu_f1", "hd_f1"], speed)
+        world, decisions = _drive(_on_the_ramp([car]), 60)
+        j = list(world.compiled.actors.ids).index("fast")
+        hardest = 0.0
+        for _ in decisions:
+            hardest = min(hardest, float(world.state.accel[j]))
+        assert hardest > -3.5 and _events(world) == ["route_complete"], (s, speed, hardest)
+
+
+def test_merging_into_a_slow_dense_flow_the_expert_follows_the_car_that_went_in_before_it():
+    """MergerIntoSlowTraffic: cars at 9 m/s, 15-40 m apart, that never give way by rule (they brake for
+    what stands on their path). The car that has just gone by into the merge is a leader to follow, not
+    a conflict to wait out (the previous expert stood at the merge for the whole 90 s)."""
+    flow = {"id": "slow", "path": ["hu_f1", "hd_f1"], "s": 150.0, "speed": 9.0, "gap": [15.0, 40.0]}
+    world, decisions = _drive(_on_the_ramp(flows=[flow], s=40.0, speed=8.0), 180)
+    through = math.inf
+    for _ in decisions:
+        if through == math.inf and world.state.route_s > 138.3 + 25.3:
+            through = world.state.t
+    assert through < 60.0 and "collision" not in _events(world)
+
+
+def test_a_car_in_the_next_lane_passes_beside_the_path_and_one_crossing_it_is_met_a_half_length_early():
+    """Where a crossing vehicle meets our junction path is read from both bodies: beside us (a flow's car
+    coming the other way in the lane next to our exit, 3.5 m off) it is clear; across our path it
+    touches half its length before its centre gets there."""
+    from agents.expert import CONFLICT_MARGIN_M, _body_reach
+
+    world, _ = _drive(_on_the_ramp(), 0)
+    a = world.compiled.actors
+    # (vehicle 0, the ego's own size, heading the other way beside our path and across it)
+    beside, across = _body_reach(world, 0, np.array([0.0, math.pi / 2]), np.array([math.pi]))[:, 0]
+    assert beside == a.width[0] / 2 + a.width[0] / 2 + CONFLICT_MARGIN_M < 3.5
+    assert across == a.length[0] / 2 + a.width[0] / 2 + CONFLICT_MARGIN_M
+
+
+def test_changing_lanes_into_a_flow_along_a_long_lane_the_expert_keeps_its_pace_and_goes_in_behind_a_car():
+    """The route changes from the merge's lane into the one beside it, where a flow runs at 16 m/s,
+    15-40 m apart (the Leaderboard's EnterActorFlow onto a highway). It keeps to its lane a little
+    slower than the car beside it and goes in behind that car; the previous expert stopped where its
+    side reached the new lane and waited there."""
+    flow = {"id": "flow", "path": ["hu_f0", "hd_f0"], "s": 120.0, "speed": 16.0, "gap": [15.0, 40.0]}
+    data = _on_the_ramp(flows=[flow], s=40.0, speed=12.0).model_dump(mode="json")
+    data["ego"] |= {"route": ["ramp", "merge:ramp->hd_f1", "hd_f1", "hd_f0"], "goal_distance": 370.0}
+    world, decisions = _drive(Scenario.model_validate(data), 120)
+    slowest = math.inf
+    for _ in decisions:
+        slowest = min(slowest, float(world.state.speed[0]))
+    assert _events(world) == ["route_complete"] and world.state.t < 40.0 and slowest > 3.0
