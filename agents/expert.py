@@ -586,11 +586,9 @@ class Expert(BaseAgent):
         if self._make_way(world, seen, s_ego, width, corridor, nb, reasons) or blocker is None:
             return
         gap = blocker.s - s_ego - (ego_len + blocker.length) / 2
-        # (not one picking up speed, away from a light say, nor one crossing our lane: slow only for now)
+        # (not one crossing our lane, a bicycle at a junction say: it is in the way only for now)
         crossing = abs(blocker.v_lat) > 1.0 or blocker.v_along < -0.5
-        slow = blocker.static or (
-            blocker.v_along < min(0.5 * desired, 6.0) and st.accel[blocker.index] < 0.5 and not crossing
-        )
+        slow = blocker.static or (blocker.v_along < min(0.5 * desired, 6.0) and not crossing)
         if not slow or gap > (APPROACH_M if blocker.static else 45.0):
             return
         # a free lane our way beside: on the left, or on the side the obstacle leaves free (an accident
@@ -944,7 +942,9 @@ class Expert(BaseAgent):
         """Id of a vehicle that would reach our path through the junction (its lanes ``run``, which start
         ``dist`` metres ahead of our front) while we are on it, if any; vehicles on our own lanes before
         the junction (``queue``) are our queue; with ``standing``, cars standing first at their line that
-        go before us count as setting off; ``margin`` metres of the path are kept clear ahead of and behind us.
+        go before us count as setting off; ``margin`` metres of the path are kept clear ahead of and behind us
+        (bodies, not centres: ``_body_reach``). A vehicle that gets into our lane before us is a leader
+        (``_leads_us``), one that would run up behind us as we come out a conflict (``_on_our_heels``).
         With ``asserting``, a vehicle that lets us through (``_gives_way``) is no conflict, and the second
         value is how far along the path to creep while we wait (inf: no limit from them). With
         ``right_of_way`` (straight on at a green light or on a road with priority), a vehicle that keeps
