@@ -32,6 +32,7 @@ from envs.driver import next_stop_line, route_speed_cap, speed_profile, to_ego_f
 from envs.world import Behaviour, Kind, Mode, kernels, traffic
 from envs.world.junctions import Rule
 from scenarios import geometry as geo
+from scenarios.maps import smoothstep
 
 VEHICLE, PEDESTRIAN, STATIC = int(Kind.VEHICLE), int(Kind.PEDESTRIAN), int(Kind.STATIC)
 
@@ -60,8 +61,9 @@ class _TheirPath:
     we are on ours): ``edge``, our front's arc length on our path at which it sees us (the world's
     traffic reads our body as a point half our width behind the bumper, reaching half our width: seen
     once that comes within its half width and a margin of its path; inf: its path passes beside ours,
-    clear of both bodies); ``meet``, metres along its path to ours; ``ahead``, how far it drives by
-    each of the ``times`` ahead."""
+    clear of both bodies); ``meet``, metres along its path to where its body reaches ours (our path's
+    ``heading`` at each point: ``_body_reach``); ``ahead``, how far it drives by each of the ``times``
+    ahead."""
 
     edge: float
     meet: float
@@ -69,7 +71,16 @@ class _TheirPath:
     ahead: np.ndarray
 
     @classmethod
-    def of(cls, world, j: int, path: np.ndarray, along: np.ndarray, times: np.ndarray, ahead: np.ndarray) -> _TheirPath:
+    def of(
+        cls,
+        world,
+        j: int,
+        path: np.ndarray,
+        along: np.ndarray,
+        heading: np.ndarray,
+        times: np.ndarray,
+        ahead: np.ndarray,
+    ) -> _TheirPath:
         st, c = world.state, world.compiled
         a = c.actors
         ego_w = float(a.width[0])
@@ -79,7 +90,7 @@ class _TheirPath:
         reach = d.min(axis=0)  # how near its path comes to each point of ours
         seen_from = np.flatnonzero(reach < (a.width[j] + ego_w) / 2 + kernels.OBSTACLE_MARGIN)
         edge = float(along[seen_from[0]]) + ego_w / 2 if len(seen_from) else math.inf
-        crossing = np.flatnonzero((d < _body_reach(world, j, jyaw, _tangents(path))).any(axis=1))
+        crossing = np.flatnonzero((d < _body_reach(world, j, jyaw, heading)).any(axis=1))
         meet = float(crossing[0]) if len(crossing) else math.inf
         return cls(edge, meet, times, ahead)
 
@@ -140,11 +151,17 @@ def _to_our_exit(world, j: int, exit_xy: np.ndarray) -> float:
     return float(s_exit - st.s[j]) if abs(off) < 1.0 else math.nan
 
 
-def _junction_of(world, j: int) -> str | None:
-    """The map junction vehicle ``j`` is in (None: on a road)."""
+def _lane_of(world, j: int) -> int:
+    """Index (into ``compiled.lane_ids``) of the lane vehicle ``j`` is on (-1: none)."""
     st, c = world.state, world.compiled
     p_lanes, p_start = c.paths.lanes, c.paths.lane_start
-    lane = p_lanes[st.path_id[j], kernels.lane_slot(p_lanes, p_start, st.path_id[j], st.s[j])]
+    return int(p_lanes[st.path_id[j], kernels.lane_slot(p_lanes, p_start, st.path_id[j], st.s[j])])
+
+
+def _junction_of(world, j: int) -> str | None:
+    """The map junction vehicle ``j`` is in (None: on a road)."""
+    c = world.compiled
+    lane = _lane_of(world, j)
     return c.road_map.lanes[c.lane_ids[lane]].junction if lane >= 0 else None
 
 
@@ -180,26 +197,20 @@ def _on_our_heels(
     return gap < FOLLOW_S * speed + max(speed - ours, 0.0) ** 2 / (2.0 * FOLLOWER_DECEL) + 2.0
 
 
-def _smoothstep(t: float | np.ndarray) -> float | np.ndarray:
-    """The map's lane-change blend: 0 to 1 over ``t`` in [0, 1], flat at both ends."""
-    t = np.clip(t, 0.0, 1.0)
-    return t * t * (3.0 - 2.0 * t)
-
-
 def _in_own_lane(s_ego: float, first: float, length: float, side: float, ahead: np.ndarray) -> np.ndarray:
     """The lateral offsets ``ahead`` metres on that keep us in our own lane while the route's line moves
     ``side`` metres across over the ``length`` metres from arc length ``first`` (a lane change held off)."""
-    return -side * _smoothstep((s_ego + np.asarray(ahead) - first) / length)
+    return -side * smoothstep((s_ego + np.asarray(ahead) - first) / length)
 
 
 def _lane_change_commit(length: float, across: float, inside: float) -> float:
     """Metres into a lane change whose route line moves ``across`` metres over a lane ``length`` long
-    (``_smoothstep``) at which our side reaches the new lane (our centre ``inside`` metres off our own
+    (the map's ``smoothstep``) at which our side reaches the new lane (our centre ``inside`` metres off our own
     lane's centre)."""
     if across <= inside:
         return 0.0
     f = np.linspace(0.0, 1.0, 101)
-    return float(np.interp(inside / across, _smoothstep(f), f) * length)
+    return float(np.interp(inside / across, smoothstep(f), f) * length)
 
 
 def _distance_covered(t: np.ndarray, v: float, accel: float = CROSS_ACCEL, top: float = CROSS_SPEED) -> np.ndarray:
@@ -875,7 +886,7 @@ class Expert(BaseAgent):
             elif c.lane_in_junction[lanes[k]]:
                 return math.inf, None
         # the new lane's centre from the route's line beside us (the line has moved part of the way)
-        side_now = side * (1.0 - _smoothstep((s_ego - first) / here.length)) if long else side
+        side_now = side * (1.0 - smoothstep((s_ego - first) / here.length)) if long else side
         ego_len = float(c.actors.length[0])
         held = self._held_change is not None and self._held_change[0] == start
         # held long by a scenario's flow, which never lets anyone in, it goes in front of a flow vehicle
@@ -965,13 +976,12 @@ class Expert(BaseAgent):
         lo = np.maximum(ours - ego_len - margin, 0.0)
         hi = np.minimum(ours + margin + 2.0, length)
         occupied = (along[None, :] >= lo[:, None]) & (along[None, :] <= hi[:, None]) & (hi >= lo)[:, None]
-        p_lanes, p_start = c.paths.lanes, c.paths.lane_start
         sig = None
         first, creep_to, waved = None, math.inf, set()
         for j in c.idx_path:
             if not st.active[j] or (right_of_way and a.reacts_to_signals[j] and not a.yields_at_junctions[j]):
                 continue
-            lane_j = p_lanes[st.path_id[j], kernels.lane_slot(p_lanes, p_start, st.path_id[j], st.s[j])]
+            lane_j = _lane_of(world, j)
             if lane_j in queue:
                 continue
             if np.hypot(st.x[j] - path[0, 0], st.y[j] - path[0, 1]) > max(90.0, st.speed[j] * t_clear + 30.0):
@@ -1001,7 +1011,7 @@ class Expert(BaseAgent):
                 continue
             if not asserting:  # the first conflict decides: the rest of the traffic need not be looked at
                 return a.ids[j], math.inf
-            theirs = _TheirPath.of(world, j, path, along, taus, ahead)
+            theirs = _TheirPath.of(world, j, path, along, heading, taus, ahead)
             if a.ids[j] in self._waved or self._gives_way(world, j, theirs, v, dist, float(ours[-1])):
                 waved.add(a.ids[j])
                 continue

@@ -178,12 +178,19 @@ def _with_height(lane: Lane) -> np.ndarray:
     return np.column_stack([lane.centerline, lane.z if lane.z is not None else np.zeros(len(lane.centerline))])
 
 
+def smoothstep(t: float | np.ndarray) -> float | np.ndarray:
+    """A lane change's blend from one lane's centre into the next: 0 to 1 over ``t`` in [0, 1], flat
+    at both ends (clipped outside)."""
+    t = np.clip(t, 0.0, 1.0)
+    return t * t * (3.0 - 2.0 * t)
+
+
 def _blend(piece: np.ndarray, t: np.ndarray, into: Lane) -> np.ndarray:
     """Points moving from ``piece`` (at fractions ``t`` of its length) onto ``into`` at the same fractions."""
     other = _with_height(into)
     at = t * into.length
     there = np.column_stack([np.interp(at, into.s, other[:, j]) for j in range(3)])
-    w = (t * t * (3.0 - 2.0 * t))[:, None]
+    w = smoothstep(t)[:, None]
     return (1.0 - w) * piece + w * there
 
 
