@@ -111,8 +111,7 @@ def main() -> None:
         t0 = time.perf_counter()
         model = AlpamayoR1.from_pretrained(folder, device=args.device)
         load_s = time.perf_counter() - t0
-    model = model.to(dtype)
-    model.action_space.float()
+    model.in_dtype(dtype)
     model.max_reasoning_tokens = args.reasoning_tokens
     n_params = sum(p.numel() for p in model.parameters())
     n_expert = sum(p.numel() for n, p in model.named_parameters() if not n.startswith("vlm."))

@@ -33,8 +33,7 @@ class AlpamayoAgent(ModelAgent):
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model = AlpamayoR1.from_pretrained(path, base, device)
         if device == "cuda":
-            self.model = self.model.to(torch.bfloat16)
-            self.model.action_space.float()  # the action-space fits stay in float32, as the release's
+            self.model.in_dtype(torch.bfloat16)
         self.reasoning, self.temperature, self.noise_scale, self.seed = reasoning, temperature, noise_scale, seed
 
     def act_batch(self, observations: list[dict[str, Any]]) -> list[AgentOutput]:

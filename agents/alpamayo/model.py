@@ -92,7 +92,8 @@ class ActionInProjection(nn.Module):
         """``x`` [B, 64, 2] standardised actions, ``t`` flow time ([B], [B, 1] or [B, 1, 1])."""
         t = t.reshape(t.shape[0], -1)[:, -1:].expand(-1, x.shape[1]).to(x)
         feats = [self.sinus[0](x[..., 0]), self.sinus[1](x[..., 1]), self.timestep_fourier_encoder(t)]
-        return self.norm(self.encoder.trunk(torch.cat(feats, -1)))
+        # the features in float32 (the flow state is), the MLP in the weights' dtype (bf16 on a GPU)
+        return self.norm(self.encoder.trunk(torch.cat(feats, -1).to(self.norm.weight.dtype)))
 
 
 @dataclass
@@ -247,6 +248,13 @@ class AlpamayoR1(nn.Module, TrainableParts):
         load_strict(model, weights, files[0] if len(files) == 1 else path)
         return model.to(device).eval()
 
+    def in_dtype(self, dtype: torch.dtype) -> AlpamayoR1:
+        """Weights in ``dtype`` (bf16 on a GPU, as the release runs), the action-space fits kept in float32
+        as the release keeps them; the flow state stays float32 either way."""
+        self.to(dtype)
+        self.action_space.float()
+        return self
+
     def save_pretrained(self, path: str | Path) -> None:
         """The release's layout again: its config unchanged, every parameter and buffer in safetensors, and
         the base VLM's tokenizer / processor files in ``base_vlm/`` so the folder loads on its own."""
@@ -378,7 +386,11 @@ class AlpamayoR1(nn.Module, TrainableParts):
         incremental cache, as the release does, and ``generate``'s output (its raw ``logits`` per step when
         asked). ``temperature=0`` decodes greedily; ``forced`` ids are emitted instead of sampled ones
         (the reference check replays a fixed reasoning this way)."""
-        seed = int(torch.randint(2**62, (1,), generator=generator)) if generator is not None else None
+        seed = (
+            int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
+            if generator is not None
+            else None
+        )
         lo = self.config.traj_token_start_idx
         self.vlm.model.rope_deltas = None
         with torch.random.fork_rng(devices=[]):

@@ -277,7 +277,7 @@ def sample_sde(
         mask = torch.ones(steps, dtype=torch.bool)
     else:
         mask = torch.zeros(steps, dtype=torch.bool)
-        mask[int(torch.randint(steps, (1,), generator=generator))] = True
+        mask[int(torch.randint(steps, (1,), generator=generator, device=device))] = True
     chain, logp = [x], torch.zeros(batch, device=x.device, dtype=dtype)
     with torch.no_grad():
         for i in range(steps):

@@ -426,7 +426,11 @@ class VLA(nn.Module, TrainableParts):
     @torch.no_grad()
     def _sample_reasoning(self, batch: dict[str, Any], generator: torch.Generator | None, temperature: float):
         stop = [self.cot_end, self.tokenizer.eos_token_id]
-        seed = int(torch.randint(2**62, (1,), generator=generator)) if generator is not None else None
+        seed = (
+            int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
+            if generator is not None
+            else None
+        )
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
                 torch.manual_seed(seed)

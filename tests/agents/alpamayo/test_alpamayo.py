@@ -152,6 +152,17 @@ def test_the_agent_plans_from_env_observations(goldens):
     assert np.array_equal(again.act(_observation(goldens)).trajectory, out.trajectory)  # deterministic
 
 
+def test_in_bfloat16_as_on_a_gpu_the_model_plans_what_it_plans_in_float32(goldens):
+    # the agent casts to bf16 on a GPU; the float32 flow state once met the bf16 action-in MLP and failed
+    obs = [_observation(goldens)]
+    plans = []
+    for dtype in (torch.float32, torch.bfloat16):
+        model = AlpamayoR1.from_pretrained(FIXTURE / "checkpoint").in_dtype(dtype)
+        plans.append(model.act_batch(obs, False, torch.Generator().manual_seed(0))[0]["trajectory"])
+    assert plans[1].dtype == np.float32 and np.isfinite(plans[1]).all()
+    assert np.abs(plans[1] - plans[0]).max() < 0.05 * np.abs(plans[0]).max()  # bf16 rounding, not another plan
+
+
 def test_the_agent_drives_an_episode_in_the_embedded_world():
     import gymnasium as gym
 
