@@ -103,7 +103,8 @@ FOLLOW_S = 1.0  # seconds a vehicle coming up behind us where our junction path 
 FOLLOWER_DECEL = 3.0  # m/s^2 it is counted on to brake at to match our speed there
 COMMITTED_MARGIN_M = 1.0  # ... and once it has set off: it stops again only for a vehicle that would hit it
 ASSERT_AFTER_S = 10.0  # seconds held at a junction entry by traffic that does not give way before it asserts itself
-YIELD_DECEL = 5.0  # m/s^2 a vehicle that sees us in its path is counted on to brake at, once we assert ourselves
+YIELD_DECEL = 7.0  # m/s^2 a vehicle that sees us in its path is counted on to brake at, once we assert ourselves
+# (the world's traffic brakes at up to 9 for an ego on its path; at 5, busy junction turns timed out)
 ASSERT_ACCEL = 1.5  # m/s^2 it counts on for itself then (what its plan reaches from a standstill, not CROSS_ACCEL)
 CREEP_SPEED = 1.5  # m/s it creeps at (the cars queued behind it follow at walking pace, and stop with it)
 CREEP_STANDOFF_M = 0.3  # metres short of where a conflicting vehicle would see it that it creeps up to, waiting
@@ -978,6 +979,8 @@ class Expert(BaseAgent):
         occupied = (along[None, :] >= lo[:, None]) & (along[None, :] <= hi[:, None]) & (hi >= lo)[:, None]
         sig = None
         first, creep_to, waved = None, math.inf, set()
+        if v < 0.5:  # standing (stopped again by a car crossing in front, say): who lets us through is judged anew
+            self._waved = set()
         for j in c.idx_path:
             if not st.active[j] or (right_of_way and a.reacts_to_signals[j] and not a.yields_at_junctions[j]):
                 continue

@@ -145,6 +145,17 @@ def test_held_at_a_turn_by_a_flow_that_never_gives_way_the_expert_creeps_up_and_
     assert "collision" not in events and through == math.inf
 
 
+def test_held_at_a_turn_by_a_dense_flow_the_expert_goes_when_the_next_car_can_brake_firmly(monkeypatch):
+    """Gaps of 3-3.6 s at 10 m/s (the Leaderboard's turns at a busy junction): the next vehicle sees it on its
+    path with room to stop at 7 m/s^2 (the world's traffic brakes at up to 9), never at a gentle 5."""
+    scenario = _left_turn_across_a_flow((30.0, 36.0))
+    events, through = _turn(scenario)
+    assert "collision" not in events and through < 60.0
+    monkeypatch.setattr("agents.expert.YIELD_DECEL", 5.0)  # the expert before: it waited the flow out
+    events, through = _turn(scenario)
+    assert "collision" not in events and through == math.inf
+
+
 def _standing_behind_a_parked_car(spacing: float) -> Scenario:
     """The ego standing 3 m behind a parked car, one lane each way; oncoming cars ``spacing`` metres apart
     at the lane's speed, under way from the start and kept coming by a flow 100 m past the car (the
