@@ -171,14 +171,16 @@ def _leads_us(
 ) -> bool:
     """Whether vehicle ``j``, ``to_exit`` metres from where our junction path (``path``: arc lengths
     ``along``, headings ``heading``) ends, is in front of us going our way: past that end, or on our path
-    or in the lane beside it (a merge's) wholly ahead of our front (arc length ``front``). The car that
-    merges in just before us is followed, not waited for."""
+    or in the lane beside it (a merge's) wholly ahead of our front (arc length ``front``), or beside us with
+    its centre past our front and pulling away (3 m/s faster). The car that merges in just before us is
+    followed, not waited for."""
     st, a = world.state, world.compiled.actors
     gap = np.hypot(path[:, 0] - st.x[j], path[:, 1] - st.y[j])
     k = int(np.argmin(gap))
     if math.cos(float(st.yaw[j]) - float(heading[k])) < math.cos(math.radians(30.0)):
         return False
-    beside = gap[k] < 5.0 and k < len(path) - 1 and along[k] - a.length[j] / 2 > front
+    pulling_away = st.speed[j] > st.speed[0] + 3.0 and front < along[k] < front + a.length[j]  # (beside us)
+    beside = gap[k] < 5.0 and k < len(path) - 1 and (along[k] - a.length[j] / 2 > front or pulling_away)
     return beside or to_exit < 0.0
 
 
@@ -399,6 +401,8 @@ class Expert(BaseAgent):
             if o.v_along < -1.0 and crossing is not None and _junction_of(world, o.index) == crossing:
                 continue  # coming across the junction we have set off into: judged clear of us there
             gap = o.s - s_ego - (ego_len + o.length) / 2
+            if gap < 0.0 and o.v_along > v + 3.0:
+                continue  # beside us and pulling away (a flow passing the end of our merge lane): a leader once past
             if gap < -0.5 and o.s < s_ego + ego_len / 2:  # alongside: braking cannot help, driving on does,
                 if o.s < s_ego or abs(o.lat - st.lateral) > (ego_w + o.width) / 2 + 0.3:
                     continue  # unless it is a nose ahead and all but touching us (a lane that merges into ours)

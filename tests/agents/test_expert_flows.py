@@ -298,6 +298,19 @@ def test_merging_into_a_slow_dense_flow_the_expert_follows_the_car_that_went_in_
     assert through < 60.0 and "collision" not in _events(world)
 
 
+def test_standing_at_the_end_of_a_merge_lane_the_expert_lets_the_passing_car_pull_away_and_goes_behind_it():
+    """A flow at 10 m/s, 25-35 m apart (route 19's MergerIntoSlowTraffic): the car passing the standing ego
+    pulls away and is a leader once past, not a car to brake for while beside it; before, the next car
+    was always too near by the time the one beside had gone by, and the ego stood the whole 90 s."""
+    flow = {"id": "slow", "path": ["hu_f1", "hd_f1"], "s": 150.0, "speed": 10.0, "gap": [25.0, 35.0]}
+    world, decisions = _drive(_on_the_ramp(flows=[flow], s=40.0, speed=8.0), 180)
+    through = math.inf
+    for _ in decisions:
+        if through == math.inf and world.state.route_s > 138.3 + 25.3:
+            through = world.state.t
+    assert through < 60.0 and "collision" not in _events(world)
+
+
 def test_a_car_in_the_next_lane_passes_beside_the_path_and_one_crossing_it_is_met_a_half_length_early():
     """Where a crossing vehicle meets our junction path is read from both bodies: beside us (a flow's car
     coming the other way in the lane next to our exit, 3.5 m off) it is clear; across our path it
