@@ -102,6 +102,7 @@ CONFLICT_MARGIN_M = 1.0  # metres between our body and a crossing vehicle's acro
 FOLLOW_S = 1.0  # seconds a vehicle coming up behind us where our junction path ends must be back, at least
 FOLLOWER_DECEL = 3.0  # m/s^2 it is counted on to brake at to match our speed there
 COMMITTED_MARGIN_M = 1.0  # ... and once it has set off: it stops again only for a vehicle that would hit it
+PULL_AWAY = 3.0  # m/s faster than us that a vehicle beside us goes to be a leader once past, not in the way now
 ASSERT_AFTER_S = 10.0  # seconds held at a junction entry by traffic that does not give way before it asserts itself
 YIELD_DECEL = 7.0  # m/s^2 a vehicle that sees us in its path is counted on to brake at, once we assert ourselves
 # (the world's traffic brakes at up to 9 for an ego on its path; at 5, busy junction turns timed out)
@@ -172,14 +173,14 @@ def _leads_us(
     """Whether vehicle ``j``, ``to_exit`` metres from where our junction path (``path``: arc lengths
     ``along``, headings ``heading``) ends, is in front of us going our way: past that end, or on our path
     or in the lane beside it (a merge's) wholly ahead of our front (arc length ``front``), or beside us with
-    its centre past our front and pulling away (3 m/s faster). The car that merges in just before us is
+    its centre past our front and pulling away (``PULL_AWAY``). The car that merges in just before us is
     followed, not waited for."""
     st, a = world.state, world.compiled.actors
     gap = np.hypot(path[:, 0] - st.x[j], path[:, 1] - st.y[j])
     k = int(np.argmin(gap))
     if math.cos(float(st.yaw[j]) - float(heading[k])) < math.cos(math.radians(30.0)):
         return False
-    pulling_away = st.speed[j] > st.speed[0] + 3.0 and front < along[k] < front + a.length[j]  # (beside us)
+    pulling_away = st.speed[j] > st.speed[0] + PULL_AWAY and front < along[k] < front + a.length[j]  # (beside us)
     beside = gap[k] < 5.0 and k < len(path) - 1 and (along[k] - a.length[j] / 2 > front or pulling_away)
     return beside or to_exit < 0.0
 
@@ -401,7 +402,7 @@ class Expert(BaseAgent):
             if o.v_along < -1.0 and crossing is not None and _junction_of(world, o.index) == crossing:
                 continue  # coming across the junction we have set off into: judged clear of us there
             gap = o.s - s_ego - (ego_len + o.length) / 2
-            if gap < 0.0 and o.v_along > v + 3.0:
+            if gap < 0.0 and o.v_along > v + PULL_AWAY:
                 continue  # beside us and pulling away (a flow passing the end of our merge lane): a leader once past
             if gap < -0.5 and o.s < s_ego + ego_len / 2:  # alongside: braking cannot help, driving on does,
                 if o.s < s_ego or abs(o.lat - st.lateral) > (ego_w + o.width) / 2 + 0.3:
