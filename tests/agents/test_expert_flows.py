@@ -285,30 +285,32 @@ def test_the_expert_does_not_merge_in_front_of_a_car_coming_up_fast_in_the_lane_
         assert hardest > -3.5 and _events(world) == ["route_complete"], (s, speed, hardest)
 
 
-def test_merging_into_a_slow_dense_flow_the_expert_follows_the_car_that_went_in_before_it():
-    """MergerIntoSlowTraffic: cars at 9 m/s, 15-40 m apart, that never give way by rule (they brake for
-    what stands on their path). The car that has just gone by into the merge is a leader to follow, not
-    a conflict to wait out (the previous expert stood at the merge for the whole 90 s)."""
-    flow = {"id": "slow", "path": ["hu_f1", "hd_f1"], "s": 150.0, "speed": 9.0, "gap": [15.0, 40.0]}
+def _merge_into_a_flow(speed: float, gap: tuple[float, float]) -> tuple[list[str], float]:
+    """Events, and when the ego (on the ramp at 8 m/s) was through the merge lane into a flow at ``speed``
+    m/s, ``gap`` metres apart, in the outer lane (inf: never in 90 s)."""
+    flow = {"id": "slow", "path": ["hu_f1", "hd_f1"], "s": 150.0, "speed": speed, "gap": list(gap)}
     world, decisions = _drive(_on_the_ramp(flows=[flow], s=40.0, speed=8.0), 180)
     through = math.inf
     for _ in decisions:
         if through == math.inf and world.state.route_s > 138.3 + 25.3:
             through = world.state.t
-    assert through < 60.0 and "collision" not in _events(world)
+    return _events(world), through
+
+
+def test_merging_into_a_slow_dense_flow_the_expert_follows_the_car_that_went_in_before_it():
+    """MergerIntoSlowTraffic: cars at 9 m/s, 15-40 m apart, that never give way by rule (they brake for
+    what stands on their path). The car that has just gone by into the merge is a leader to follow, not
+    a conflict to wait out (the previous expert stood at the merge for the whole 90 s)."""
+    events, through = _merge_into_a_flow(speed=9.0, gap=(15.0, 40.0))
+    assert through < 60.0 and "collision" not in events
 
 
 def test_standing_at_the_end_of_a_merge_lane_the_expert_lets_the_passing_car_pull_away_and_goes_behind_it():
     """A flow at 10 m/s, 25-35 m apart (route 19's MergerIntoSlowTraffic): the car passing the standing ego
     pulls away and is a leader once past, not a car to brake for while beside it; before, the next car
     was always too near by the time the one beside had gone by, and the ego stood the whole 90 s."""
-    flow = {"id": "slow", "path": ["hu_f1", "hd_f1"], "s": 150.0, "speed": 10.0, "gap": [25.0, 35.0]}
-    world, decisions = _drive(_on_the_ramp(flows=[flow], s=40.0, speed=8.0), 180)
-    through = math.inf
-    for _ in decisions:
-        if through == math.inf and world.state.route_s > 138.3 + 25.3:
-            through = world.state.t
-    assert through < 60.0 and "collision" not in _events(world)
+    events, through = _merge_into_a_flow(speed=10.0, gap=(25.0, 35.0))
+    assert through < 60.0 and "collision" not in events
 
 
 def test_a_car_in_the_next_lane_passes_beside_the_path_and_one_crossing_it_is_met_a_half_length_early():
