@@ -20,7 +20,7 @@ writes the Chain-of-Causation text from those same decision factors.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -34,7 +34,7 @@ from envs.world.junctions import Rule
 from scenarios import geometry as geo
 from scenarios.maps import smoothstep
 
-VEHICLE, PEDESTRIAN, STATIC = int(Kind.VEHICLE), int(Kind.PEDESTRIAN), int(Kind.STATIC)
+PEDESTRIAN, STATIC = int(Kind.PEDESTRIAN), int(Kind.STATIC)
 
 
 @dataclass
@@ -53,6 +53,7 @@ class Seen:
     width: float  # and across it
     static: bool
     pulls_out: bool  # a car waiting to pull out into the traffic (a cut-in, a parking exit: its trigger armed)
+    merging: bool = False  # on a lane that runs into ours ahead, coming alongside: to let in ahead of us
 
 
 @dataclass
@@ -124,6 +125,13 @@ OUT_MARGIN_M = 2.0  # metres before the obstacle's rear that it counts itself ou
 RAMP_MIN_SPEED = 3.0  # m/s the move back into lane after a pass is laid out for, at least
 HOLD_END_M = 15.0  # metres before its lane ends that a long lane change held off waits, at the latest
 MERGE_SLOWER = 1.5  # m/s slower than the car in the way that it drives, waiting to change in behind it
+MERGE_LOOK_M = 80.0  # metres ahead that it looks for a lane running into its route
+MERGE_HORIZON_S = 2.0  # seconds ahead that a faster vehicle on a lane joining ours is projected to come alongside
+MERGE_HEADING = math.cos(math.radians(30.0))  # ... heading our way within 30 degrees
+MERGE_BESIDE_M = 10.0  # ... and within this far of our route's line
+MERGE_MIN_SPEED = 2.0  # m/s we drive at, at least, for braking to let it by to be of use
+MAKE_WAY_SLOWER = 5.0  # m/s slower than an emergency vehicle behind us that it drives, making way
+MAKE_WAY_MIN_SPEED = 2.0  # ... at least
 PASS_ACCEL = 2.5  # m/s^2 it accelerates at through the oncoming lane (1.5 elsewhere: the gaps are short)
 
 
@@ -359,12 +367,52 @@ class Expert(BaseAgent):
         """Offsets (left +) of the lanes our way right beside the ego, measured: the map's left / right
         links of the route's lane and theirs, kept where they lie a lane's width from the ego (where a
         route changes lanes, its line runs between two, and a link of its lane may be two lanes off)."""
+        ego = float(world.state.lateral)
+        offsets = (self._side_of(world, x) for x in self._lanes_near(world, nb))
+        return [b for b in offsets if 0.6 * width < abs(b - ego) < 1.5 * width]
+
+    @staticmethod
+    def _lanes_near(world, nb: dict[str, str | None]) -> list[str]:
+        """The lanes beside the route's and the lanes beside those (the map's left / right links)."""
         lanes = world.compiled.road_map.lanes
         near = {x for x in (nb["left"], nb["right"]) if x is not None}
         near |= {y for x in list(near) for y in (lanes[x].left, lanes[x].right) if y is not None}
-        ego = float(world.state.lateral)
-        offsets = (self._side_of(world, x) for x in sorted(near))
-        return [b for b in offsets if 0.6 * width < abs(b - ego) < 1.5 * width]
+        return sorted(near)
+
+    def _centre_near(self, world, nb: dict[str, str | None], offset: float, width: float) -> float:
+        """The offset of the centre of the lane beside that lies within half a lane of ``offset``, or
+        ``offset`` where none does: the lane we pass in, whose centre moves where the route's line moves
+        across (a route changing lanes runs between two)."""
+        centres = [self._side_of(world, x) for x in self._lanes_near(world, nb)]
+        return min((b for b in centres if abs(b - offset) < 0.5 * width), key=lambda b: abs(b - offset), default=offset)
+
+    def _lane_goes_on_beside(self, world, nb: dict[str, str | None], width: float) -> bool:
+        """Whether the lane beside the route's that we are out in runs on beside the route's path through
+        the junction ahead (a highway's lanes through the junction of an on-ramp), so that we can stay in it."""
+        c, st = world.compiled, world.state
+        lanes = c.road_map.lanes
+        near = self._lanes_near(world, nb)
+        ours = min(near, key=lambda x: abs(self._side_of(world, x) - st.lateral), default=None)
+        path_lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
+        front = st.route_s + c.actors.length[0] / 2
+        ahead = np.flatnonzero((path_lanes >= 0) & c.lane_in_junction[np.maximum(path_lanes, 0)] & (starts > front))
+        if ours is None or not len(ahead):
+            return False
+        route_lane = lanes[c.lane_ids[path_lanes[ahead[0]]]]
+        frontier = [ours]
+        for _ in range(3):  # along its successors to the junction
+            frontier = [y for x in frontier for y in lanes[x].successors]
+            inside = [lanes[x] for x in frontier if lanes[x].junction == route_lane.junction]
+            if inside:
+                break
+        else:
+            return False
+        for lane in inside:
+            samples = lane.centerline[np.linspace(0, len(lane.centerline) - 1, 6).astype(int)]
+            apart = [abs(geo.project(route_lane.centerline, route_lane.s, p)[1]) for p in samples]
+            if all(0.6 * width < d < 1.5 * width for d in apart):
+                return True
+        return False
 
     # --- decisions -----------------------------------------------------------------------------------------
     def plan(self, world) -> AgentOutput:
@@ -386,6 +434,7 @@ class Expert(BaseAgent):
                 back_at = self.pass_end - s_ego + ego_len / 2 + 0.5
         elif self.maneuver is None and abs(st.lateral) > 0.5:  # moving back in: before an oncoming car stopped for us
             to_blocker = self._room_to_pull_back(seen, s_ego, st.lateral, ego_len, ego_w)
+            to_blocker = min(to_blocker, self._to_junction(world))  # and before a junction (its paths start in lane)
         lateral_ahead = partial(self._offset_profile, st.lateral, v=v, limit=to_blocker, back_at=back_at)
         change_gap, change_reason = self._lane_change_point(world, seen, s_ego, v)
         if self._merge_hold is not None:  # kept in our lane while the route's line moves across
@@ -430,6 +479,10 @@ class Expert(BaseAgent):
                 gap -= 2.0  # stop back from a parked car: room to pull out around it
             if gap < lead_gap:
                 lead_gap, lead_v, lead = gap, max(o.v_along, 0.0), o
+        for o in self._merging_in_first(world, seen, s_ego, v):
+            gap = max(o.s - s_ego - (ego_len + o.length) / 2, 0.0)  # (beside us: 0, brake and let it by)
+            if gap < lead_gap:
+                lead_gap, lead_v, lead = gap, max(o.v_along, 0.0), o
         ped_gap, ped = math.inf, None
         for o in seen:
             if o.kind != PEDESTRIAN or o.s < s_ego - 1.0:
@@ -447,22 +500,24 @@ class Expert(BaseAgent):
         caution = self._caution(world, seen, s_ego)
 
         cap = route_speed_cap(world)
-        # still out in the lane beside as a junction comes (its paths start in our lane) with a car beside us
-        # in ours: wait before the junction to be back in lane behind it
+        # still out in the lane beside as a junction comes (its paths start in our lane) and traffic in ours
+        # keeps us from moving back: wait before the junction to be back in lane behind it
         out_of_lane = self.maneuver is not None and self.maneuver.startswith("overtake") and abs(st.lateral) > 1.0
-        held_out = out_of_lane and any(
-            o.kind == VEHICLE
-            and not o.static
-            and abs(o.lat) < corridor + o.width / 2
-            and (abs(o.s - s_ego) < ego_len or _comes_up_behind(o, s_ego, v, ego_len))
-            for o in seen
-        )
-        junction_gap = self._to_junction(world) - 1.0 if held_out else math.inf
-        stops = [g for g in (ped_gap, stop_gap, yield_gap, clip_gap, junction_gap) if math.isfinite(g)]
+        held_out = out_of_lane and not self._own_lane_clear(seen, s_ego, v, ego_len, corridor)
+        if held_out and self._lane_goes_on_beside(world, self._neighbours(world), width):
+            held_out = False  # (the lane we are out in runs on beside ours through the junction: stay in it)
+        wait_at = self._to_junction(world) - self._ramp(0.0) - 1.0  # (room to move back in before it)
+        if held_out and wait_at < yield_gap:
+            yield_gap, yield_reason = max(wait_at, 0.0), "back_in_lane:"
+        stops = [g for g in (ped_gap, stop_gap, yield_gap, clip_gap) if math.isfinite(g)]
         speed_cap = self.caution_speed if caution is not None else math.inf
         if self._creeping:
             speed_cap = min(speed_cap, CREEP_SPEED)
         speed_cap = min(speed_cap, self._merge_speed)
+        if self.maneuver is not None and self.maneuver.startswith("make_way"):
+            ev = next((o for o in seen if o.id == self.blocker and o.s < s_ego), None)
+            if ev is not None:  # out of its way and slower than it, so that it goes by in the time it has
+                speed_cap = min(speed_cap, max(ev.v_along - MAKE_WAY_SLOWER, MAKE_WAY_MIN_SPEED))
         passing = self.maneuver is not None and self.maneuver.startswith("nudge")
         ss, vs = speed_profile(
             c.route_s,
@@ -497,6 +552,58 @@ class Expert(BaseAgent):
             "pedestrian_gap": ped_gap,
         }
         return AgentOutput(traj, reasoning, extras)
+
+    @staticmethod
+    def _merging_in_first(world, seen, s_ego: float, v: float) -> list[Seen]:
+        """Vehicles on a lane that runs on into one of our route's lanes ahead (a junction's connectors
+        that join, an on-ramp's; not where the route changes lanes, which the lane change's rules merge),
+        heading our way: each is a leader to let in ahead, so that we fall in behind it: one ahead of us
+        always (we do not race it to where the lanes join), one beside or behind us if it would come
+        alongside within ``MERGE_HORIZON_S`` (closing in along the route and across it) and is not behind
+        us and slower. Where lanes join at a shallow angle they overlap well before the map's joining
+        point, and a driver following its own lane sees us on its path only once our body is on it, too
+        late to brake (route 24's EnterActorFlow, whose flow came alongside the ego as the lanes closed up)."""
+        c, st = world.compiled, world.state
+        ego_len, ego_w = float(c.actors.length[0]), float(c.actors.width[0])
+        route_lanes, route_starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
+        front = s_ego + ego_len / 2
+        # the route's lanes ahead that its lane before runs on into (two lanes join there: not where the
+        # route changes lanes, which is ours to merge by the lane change's rules)
+        lanes = c.road_map.lanes
+        ahead = {
+            int(x)
+            for x, before, at in zip(route_lanes[1:], route_lanes[:-1], route_starts[1:])
+            if x >= 0
+            and before >= 0
+            and front < at < front + MERGE_LOOK_M
+            and c.lane_ids[x] in lanes[c.lane_ids[before]].successors
+        }
+        if not ahead:
+            return []
+        on_route = {int(x) for x in route_lanes if x >= 0}
+        t = np.linspace(0.0, MERGE_HORIZON_S, 9)
+        out = []
+        for o in seen:
+            if o.kind == PEDESTRIAN or o.static or o.v_along < MERGE_HEADING * o.speed or abs(o.lat) > MERGE_BESIDE_M:
+                continue
+            if o.s - o.length / 2 <= s_ego + ego_len / 2:  # beside or behind us: if it comes alongside
+                if v < MERGE_MIN_SPEED:
+                    continue  # (standing, braking cannot let it by: the junction's rules hold us or let us go)
+                if o.s <= s_ego and o.speed < v + 1.0:
+                    continue  # (behind us and no faster: it falls in behind, braking for us once we are on its path)
+                along = o.s - s_ego + (o.v_along - v) * t  # its centre from ours, as it closes in
+                across = abs(o.lat - st.lateral) - np.maximum(-np.sign(o.lat - st.lateral) * o.v_lat, 0.0) * t
+                beside = (np.abs(along) < (ego_len + o.length) / 2 + 1.0) & (across < (ego_w + o.width) / 2 + 0.5)
+                if not beside.any():
+                    continue
+            p, s_o = int(st.path_id[o.index]), float(st.s[o.index])
+            theirs = c.paths.lanes[p]
+            k = kernels.lane_slot(c.paths.lanes, c.paths.lane_start, p, s_o)
+            if theirs[k] < 0 or int(theirs[k]) in on_route:
+                continue  # on our route already: a leader or a follower like any other
+            if any(int(x) in ahead for x in theirs[k + 1 :] if x >= 0):
+                out.append(replace(o, merging=True))
+        return out
 
     @staticmethod
     def _cuts_in(o: Seen, planned: float, s_ego: float, v: float, corridor: float) -> bool:
@@ -559,13 +666,11 @@ class Expert(BaseAgent):
         blocker = min(in_lane, key=lambda o: o.s, default=None)
         desired = world.ego_speed_limit()
         if self.maneuver is not None:
+            if not self.maneuver.startswith("nudge"):  # in a lane beside: keep to its centre as it moves in
+                centre = self._centre_near(world, nb, self.offset, width)  # (not away: a lane that splits off)
+                self.offset = centre if abs(centre) < abs(self.offset) else self.offset
             b = next((o for o in seen if o.id == self.blocker), None)
-            own_clear = not any(
-                abs(o.lat) < corridor + o.width / 2
-                and (s_ego - 4 < o.s < s_ego + 25 or _comes_up_behind(o, s_ego, v, ego_len))
-                for o in seen
-                if o.kind != PEDESTRIAN
-            )
+            own_clear = self._own_lane_clear(seen, s_ego, v, ego_len, corridor)
             if self.maneuver.startswith("make_way"):  # back once the emergency vehicle is by (or gone)
                 if (b is None or b.s - b.length / 2 > s_ego + ego_len / 2 + 5.0) and own_clear:
                     reasons.append("The emergency vehicle has passed; return to my lane.")
@@ -575,6 +680,9 @@ class Expert(BaseAgent):
             passed = far_end < s_ego - ego_len / 2 - 0.5  # our rear is past its (or the whole obstacle's) front
             if self.maneuver.startswith("overtake") and own_clear and self._to_junction(world) < self._ramp(v) + 10.0:
                 reasons.append("A junction ahead; return to my lane before it.")  # (its paths start there)
+                self._end_maneuver()
+            elif self.maneuver.startswith("overtake") and self._back_in(world, seen, s_ego, v, corridor):
+                reasons.append("Held beside my lane at a junction; the next car in it can stop for me: move back in.")
                 self._end_maneuver()
             elif passed and own_clear:
                 reasons.append(
@@ -598,7 +706,7 @@ class Expert(BaseAgent):
                 if not self._lane_free(seen, s_ego, v, ego_len, width, self.offset, ahead):
                     self._end_maneuver()
             return
-        if nb["junction"] is not None:
+        if nb["junction"] is not None or self._front_in_junction(world):
             return
         if self._make_way(world, seen, s_ego, width, corridor, nb, reasons) or blocker is None:
             return
@@ -690,6 +798,46 @@ class Expert(BaseAgent):
             o.kind != PEDESTRIAN and 0.5 < sign * o.lat < width + 1.5 and _comes_up_behind(o, s_ego, v, ego_len)
             for o in seen
         )
+
+    @staticmethod
+    def _own_lane_clear(seen, s_ego: float, v: float, ego_len: float, corridor: float) -> bool:
+        """Whether our own lane is free to move back into from beside it: nothing in it from 4 m behind our
+        centre to 25 m ahead, nor coming up behind us."""
+        return not any(
+            abs(o.lat) < corridor + o.width / 2
+            and (s_ego - 4 < o.s < s_ego + 25 or _comes_up_behind(o, s_ego, v, ego_len))
+            for o in seen
+            if o.kind != PEDESTRIAN
+        )
+
+    def _back_in(self, world, seen, s_ego: float, v: float, corridor: float) -> bool:
+        """Standing out in the lane beside ours at a junction whose paths start in ours, held there by
+        traffic in our lane (a slow flow we passed, which never lets anyone in by rule): whether we can move
+        back in behind the car that has just gone by, the next one being far enough back to brake for us at
+        ``YIELD_DECEL`` once we are on its path (as the world's drivers and scenario_runner's flows do)."""
+        if v > 0.5 or abs(world.state.lateral) < 1.0 or self._to_junction(world) > self._ramp(0.0) + 3.0:
+            return False
+        ego_len, ego_w = float(world.compiled.actors.length[0]), float(world.compiled.actors.width[0])
+        lateral = abs(world.state.lateral)
+        for o in seen:
+            if o.kind == PEDESTRIAN or abs(o.lat) >= corridor + o.width / 2:
+                continue
+            if o.s > s_ego and o.s - o.length / 2 < s_ego + ego_len / 2 + 1.0:
+                return False  # beside us still, or not a car length on
+            # it drives on until our body reaches its path (it sees us there, as the world's drivers do),
+            # some way into our move across from a standstill (a cosine over ``_ramp``), then brakes for us
+            share = min(max((lateral - (ego_w + o.width) / 2 - 0.3) / lateral, 0.0), 1.0)
+            on_its_path = self._ramp(0.0) * math.acos(1.0 - 2.0 * share) / math.pi
+            speed = max(o.v_along, 0.0)
+            room = (
+                2.0
+                + speed * _time_to_cover(on_its_path, 0.0, ASSERT_ACCEL)
+                - on_its_path
+                + speed**2 / (2.0 * YIELD_DECEL)
+            )
+            if o.s < s_ego and _behind_gap(o, s_ego, ego_len) < room:
+                return False
+        return True
 
     def _end_maneuver(self) -> None:
         self.maneuver, self.blocker, self.offset, self.pass_end = None, None, 0.0, -math.inf
@@ -925,6 +1073,14 @@ class Expert(BaseAgent):
         return math.inf, None
 
     @staticmethod
+    def _front_in_junction(world) -> bool:
+        """Whether our front bumper is inside a junction (our centre may still be on the road before it)."""
+        c = world.compiled
+        front = np.array([world.state.route_s + c.actors.length[0] / 2])
+        lane, _ = c.paths.lane_at(np.array([c.route_path]), front)
+        return bool(lane[0] >= 0 and c.lane_in_junction[lane[0]])
+
+    @staticmethod
     def _to_junction(world) -> float:
         """Metres from our front to where the route next enters a junction (inf: none ahead)."""
         c = world.compiled
@@ -1107,9 +1263,15 @@ class Expert(BaseAgent):
                 "right_turn": "Traffic in the lane I turn into",
                 "lane_change": "Traffic in the lane I change into",
                 "merge": "Traffic in the lane I merge into",
+                "back_in_lane": "Out in the next lane with traffic beside me in my own at a junction",
             }[why]
-            then = "wait for a gap" if why == "lane_change" else "yield before entering the junction"
+            then = {
+                "lane_change": "wait for a gap",
+                "back_in_lane": "wait before the junction to get back into my lane",
+            }.get(why, "yield before entering the junction")
             parts.append(f"{text}, so slow down and {then}.")
+        elif lead is not None and lead_gap < 40 and lead.merging:
+            parts.append("A vehicle whose lane runs into mine gets there first, so slow down and let it in ahead.")
         elif lead is not None and lead_gap < 40 and lead.static:
             parts.append(
                 f"Parked car blocks my lane {max(lead_gap, 0):.0f} m ahead and I cannot pass yet, so slow "

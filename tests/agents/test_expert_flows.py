@@ -340,3 +340,96 @@ def test_changing_lanes_into_a_flow_along_a_long_lane_the_expert_keeps_its_pace_
     for _ in decisions:
         slowest = min(slowest, float(world.state.speed[0]))
     assert _events(world) == ["route_complete"] and world.state.t < 40.0 and slowest > 3.0
+
+
+def _on_built_map(tmp_path, builder, scenario: dict) -> Scenario:
+    """``scenario`` on the map ``builder`` (a ``MapBuilder``) builds, written as a JSON road map."""
+    import json
+
+    path = tmp_path / f"{scenario['id']}.json"
+    path.write_text(json.dumps(builder.build().to_dict()))
+    return Scenario.model_validate(scenario | {"map": {"file": str(path)}})
+
+
+def _roads(*roads: tuple[str, float, float, float, int], connect: tuple[tuple[str, str], ...]):
+    """A ``MapBuilder`` with straight one-way roads (name, x, y, length, lanes) at 14-16 m/s, and junction
+    connectors (in junction ``j``) between the given lane ends."""
+    from scenarios import geometry as geo
+    from scenarios.roads import MapBuilder
+
+    b = MapBuilder()
+    for name, x, y, length, lanes in roads:
+        b.road(name, geo.straight([x, y], 0.0, length), lanes, 0, 16.0, sidewalks=False)
+    for a, c in connect:
+        b.connector(a, c, junction="j")
+    return b
+
+
+def _joining_at_a_shallow_angle(tmp_path, source: float, flow_speed: float) -> Scenario:
+    """Two one-lane roads 9 m apart whose lanes join over a 100 m junction connector each, the one from the
+    side at about 5 degrees; the ego drives the straight one at 9 m/s from 50 m before the junction, and a
+    flow that never gives way by rule enters the other ``source`` metres along it (20-60 m from the junction)
+    at ``flow_speed``, its cars 200 m apart (route 24's EnterActorFlow: a car came alongside in the junction
+    as the lanes closed up and hit the ego's side)."""
+    b = _roads(
+        ("a", 0, 0, 150, 1), ("b", 0, -9, 150, 1), ("o", 250, 0, 300, 1), connect=(("a_f0", "o_f0"), ("b_f0", "o_f0"))
+    )
+    route = ["a_f0", "j:a_f0->o_f0", "o_f0"]
+    flow = {"id": "side", "path": ["b_f0", "j:b_f0->o_f0", "o_f0"], "s": source, "speed": flow_speed}
+    ego = {"lane": "a_f0", "s": 100.0, "speed": 9.0, "route": route, "goal_distance": 250.0}
+    return _on_built_map(
+        tmp_path, b, {"id": "joining", "duration_s": 40.0, "ego": ego, "flows": [flow | {"gap": [200.0, 200.0]}]}
+    )
+
+
+def test_where_lanes_join_at_a_shallow_angle_the_expert_falls_in_behind_the_car_coming_alongside(tmp_path):
+    """The car on the other lane is seen on our side well before the lanes touch; a faster one, or one a
+    nose ahead, is let in ahead. The previous expert drove on, and each of these five hit its side (the
+    lanes overlap before the map's joining point, and the car sees the ego on its path only then)."""
+    for source, speed in ((84.0, 12.0), (88.0, 12.0), (92.0, 12.0), (104.0, 12.0), (88.0, 14.0)):
+        world, decisions = _drive(_joining_at_a_shallow_angle(tmp_path, source, speed), 80)
+        for _ in decisions:
+            pass
+        assert _events(world) == ["route_complete"], (source, speed)
+
+
+def _passed_into_a_flow(tmp_path, gap: tuple[float, float], speed: float, lane_beside_goes_on: bool) -> Scenario:
+    """Two lanes our way ending at a junction whose path starts in ours (the lane beside runs on through it,
+    or has no successor); an accident in our lane 80 m ahead of the ego, passed in the lane beside, and
+    past it a flow at ``speed`` in our lane, ``gap`` metres apart, that never lets anyone in by rule (route
+    24's MergerIntoSlowTraffic after its Accident; route 75's Accident_1 before EnterActorFlowV2)."""
+    connect = (("r_f0", "o_f0"), ("r_f1", "o_f1")) if lane_beside_goes_on else (("r_f0", "o_f0"),)
+    b = _roads(("r", 0, 0, 200, 2), ("o", 240, 0, 200, 2 if lane_beside_goes_on else 1), connect=connect)
+    route = ["r_f0", "j:r_f0->o_f0", "o_f0"]
+    scenario = {
+        "id": "passed",
+        "duration_s": 90.0,
+        "ego": {"lane": "r_f0", "s": 20.0, "speed": 10.0, "route": route, "goal_distance": 300.0},
+        "actors": [{"id": "crash", "lane": "r_f0", "s": 100.0, "behaviour": {"type": "static"}}],
+        "flows": [{"id": "flow", "path": route, "s": 120.0, "speed": speed, "gap": list(gap)}],
+    }
+    return _on_built_map(tmp_path, b, scenario)
+
+
+def test_out_beside_its_lane_at_a_junction_the_expert_waits_short_of_it_and_moves_back_in_behind_a_car(tmp_path):
+    """Back from the pass is never clear (the flow fills our lane), so it stops short of the junction, room
+    enough to move across before it, and goes back in behind a car when the next one, driving on until our
+    body is on its path, can then brake for it. The previous expert drove through the junction out of its
+    lane (off the road), and without the move back in it stands there to the end."""
+    for gap in ((15.0, 25.0), (25.0, 40.0)):
+        world, decisions = _drive(_passed_into_a_flow(tmp_path, gap, 7.0, lane_beside_goes_on=False), 180)
+        for _ in decisions:
+            pass
+        assert _events(world) == ["route_complete"], gap
+
+
+def test_out_beside_its_lane_where_that_lane_runs_on_through_the_junction_the_expert_stays_in_it(tmp_path):
+    """Its own lane full of the flow, it drives on through the junction in the lane beside and moves back
+    after it; the previous expert stood at the junction's edge to the end, waiting to be back in lane."""
+    for gap in ((15.0, 25.0), (25.0, 40.0)):
+        world, decisions = _drive(_passed_into_a_flow(tmp_path, gap, 10.0, lane_beside_goes_on=True), 180)
+        slowest = math.inf
+        for _ in decisions:
+            if world.state.route_s > 150.0:
+                slowest = min(slowest, float(world.state.speed[0]))
+        assert _events(world) == ["route_complete"] and slowest > 5.0, gap

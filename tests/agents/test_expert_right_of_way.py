@@ -137,6 +137,39 @@ def test_the_expert_changes_lanes_for_an_emergency_vehicle_and_comes_back(monkey
     assert "yield_emergency_vehicle" in events and max(abs(x) for x in laterals) < 0.5
 
 
+def _emergency_vehicle_behind(speed: float, ev_speed: float) -> Scenario:
+    """Two lanes our way at 22.2 m/s; the ego at ``speed``, an emergency vehicle 30 m behind it in its lane
+    at ``ev_speed``, with 10 s to get by (the Leaderboard's YieldToEmergencyVehicle)."""
+    from scenarios.families import make_scenario
+
+    road = make_scenario("straight", {"lanes": 2, "length": 800.0, "speed_limit": 22.2, "density": 0.0}, 0, "ev")
+    ego = road.ego.model_copy(update={"s": 80.0, "speed": speed, "goal_distance": 600.0})
+    behaviour = {"type": "idm", "desired_speed": ev_speed + 4.0, "reacts_to_signals": False, "time_headway": 0.8}
+    ev = {"id": "ev", "lane": ego.lane, "s": ego.s - 30.0, "speed": ev_speed, "length": 5.5, "width": 2.1}
+    window = {"name": "EV_1", "type": "YieldToEmergencyVehicle", "start": ego.s, "duration_s": 10.0}
+    data = road.model_dump(mode="json") | {
+        "ego": ego.model_dump(mode="json"),
+        "actors": [ev | {"behaviour": behaviour}],
+        "windows": [window | {"actors": ["ev"], "emergency_vehicle": "ev"}],
+        "duration_s": 40.0,
+    }
+    return Scenario.model_validate(data)
+
+
+def test_out_of_the_way_of_an_emergency_vehicle_the_expert_stays_slower_than_it_until_it_is_by(monkeypatch):
+    """The vehicle brakes for the ego while it moves over (it is on its path for a moment); the previous
+    expert then sped up to the limit in the next lane and the vehicle, back up to speed, was not by within
+    its 10 s in any of these four (route 19: 40 -> 12 m/s behind it, the ego at 9 -> 20 m/s)."""
+    import agents.expert
+
+    for speed, ev_speed in ((8.0, 20.0), (8.0, 30.0), (14.0, 20.0), (14.0, 30.0)):
+        events, _ = _drive_for(_emergency_vehicle_behind(speed, ev_speed), 30.0)
+        assert "yield_emergency_vehicle" not in events and "collision" not in events, (speed, ev_speed)
+    monkeypatch.setattr(agents.expert, "MAKE_WAY_SLOWER", -100.0)  # (no cap: as before)
+    events, _ = _drive_for(_emergency_vehicle_behind(8.0, 20.0), 30.0)
+    assert "yield_emergency_vehicle" in events
+
+
 def test_the_expert_slows_past_a_standing_car_beside_it_and_brakes_for_its_cut_in(monkeypatch):
     """StaticCutIn at speed: a car stands in the lane beside the ego's and pulls across as the ego comes
     within 20 m. The expert slows down passing the standing car and brakes for it once it moves across."""
