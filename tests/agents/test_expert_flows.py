@@ -5,7 +5,10 @@ obstacle, in that car's lane (the Leaderboard's *TwoWays scenarios), yet takes a
 from a standstill. Round an obstacle in a lane with another its way beside, it changes into the free
 one on the side the obstacle leaves open, and not in front of a car coming up fast. Held at a junction
 by a flow that never gives way, it creeps up and goes when the flow's next vehicle can brake for it
-(the junction flow scenarios); going straight on at a green light it lets a car running its red cross."""
+(the junction flow scenarios); going straight on at a green light it lets a car running its red cross.
+Where two lanes join at a shallow angle it lets the car coming alongside in ahead; out beside its lane
+at a junction it stays in that lane where it runs on, or waits short of the junction and moves back in
+behind a car that can brake for it."""
 
 from __future__ import annotations
 

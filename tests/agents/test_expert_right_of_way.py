@@ -1,6 +1,6 @@
 """The expert gives way: at junctions without lights it predicts the traffic with the world's own
 right-of-way rules (a car that stands at its stop line and goes before it is waited for, not ignored),
-and it moves over for an emergency vehicle coming up behind it."""
+and it moves over for an emergency vehicle coming up behind it, slower than it until it is by."""
 
 from __future__ import annotations
 
