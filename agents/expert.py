@@ -243,6 +243,12 @@ def _time_to_cover(distance: float, v: float, accel: float = CROSS_ACCEL) -> flo
     return t_top + (distance - ramp) / top
 
 
+def _braking_room(speed: float, after_s: float) -> float:
+    """Metres a vehicle at ``speed`` that sees us in its path ``after_s`` seconds from now needs to stop
+    short of us, braking at ``YIELD_DECEL``, with 2 m to spare."""
+    return 2.0 + speed * after_s + speed**2 / (2.0 * YIELD_DECEL)
+
+
 def _behind_gap(o: Seen, s_ego: float, ego_len: float) -> float:
     """Metres from vehicle ``o``'s front back to our rear (negative: it is alongside us)."""
     return (s_ego - ego_len / 2) - (o.s + o.length / 2)
@@ -289,6 +295,19 @@ class Expert(BaseAgent):
         self._merge_speed = math.inf  # m/s it keeps to while a car in the lane it changes into draws ahead
         self._merge_hold: tuple[float, float, float] | None = None  # (start, length, side) of a long change held off
         self._merged = -math.inf  # route arc length where the long lane change it has moved across into starts
+        c = self.world.compiled
+        lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
+        self._route_lanes = {int(x) for x in lanes if x >= 0}
+        # the route's lanes that its lane before runs on into (a successor link: where two lanes join; not
+        # where the route changes lanes), and where each starts
+        runs_on = [
+            k
+            for k in range(1, len(lanes))
+            if lanes[k] >= 0
+            and lanes[k - 1] >= 0
+            and c.lane_ids[lanes[k]] in c.road_map.lanes[c.lane_ids[lanes[k - 1]]].successors
+        ]
+        self._joined_lanes, self._joined_at = lanes[runs_on], starts[runs_on]
 
     def act(self, observation: dict[str, Any] | None = None) -> AgentOutput:
         return self.plan(self.world)
@@ -393,12 +412,10 @@ class Expert(BaseAgent):
         lanes = c.road_map.lanes
         near = self._lanes_near(world, nb)
         ours = min(near, key=lambda x: abs(self._side_of(world, x) - st.lateral), default=None)
-        path_lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
-        front = st.route_s + c.actors.length[0] / 2
-        ahead = np.flatnonzero((path_lanes >= 0) & c.lane_in_junction[np.maximum(path_lanes, 0)] & (starts > front))
-        if ours is None or not len(ahead):
+        k = self._next_junction_lane(world)
+        if ours is None or k is None:
             return False
-        route_lane = lanes[c.lane_ids[path_lanes[ahead[0]]]]
+        route_lane = lanes[c.lane_ids[c.paths.lanes[c.route_path, k]]]
         frontier = [ours]
         for _ in range(3):  # along its successors to the junction
             frontier = [y for x in frontier for y in lanes[x].successors]
@@ -506,9 +523,10 @@ class Expert(BaseAgent):
         held_out = out_of_lane and not self._own_lane_clear(seen, s_ego, v, ego_len, corridor)
         if held_out and self._lane_goes_on_beside(world, self._neighbours(world), width):
             held_out = False  # (the lane we are out in runs on beside ours through the junction: stay in it)
-        wait_at = self._to_junction(world) - self._ramp(0.0) - 1.0  # (room to move back in before it)
-        if held_out and wait_at < yield_gap:
-            yield_gap, yield_reason = max(wait_at, 0.0), "back_in_lane:"
+        if held_out:
+            wait_at = self._to_junction(world) - self._ramp(0.0) - 1.0  # (room to move back in before it)
+            if wait_at < yield_gap:
+                yield_gap, yield_reason = max(wait_at, 0.0), "back_in_lane:"
         stops = [g for g in (ped_gap, stop_gap, yield_gap, clip_gap) if math.isfinite(g)]
         speed_cap = self.caution_speed if caution is not None else math.inf
         if self._creeping:
@@ -553,8 +571,7 @@ class Expert(BaseAgent):
         }
         return AgentOutput(traj, reasoning, extras)
 
-    @staticmethod
-    def _merging_in_first(world, seen, s_ego: float, v: float) -> list[Seen]:
+    def _merging_in_first(self, world, seen, s_ego: float, v: float) -> list[Seen]:
         """Vehicles on a lane that runs on into one of our route's lanes ahead (a junction's connectors
         that join, an on-ramp's; not where the route changes lanes, which the lane change's rules merge),
         heading our way: each is a leader to let in ahead, so that we fall in behind it: one ahead of us
@@ -565,22 +582,11 @@ class Expert(BaseAgent):
         late to brake (route 24's EnterActorFlow, whose flow came alongside the ego as the lanes closed up)."""
         c, st = world.compiled, world.state
         ego_len, ego_w = float(c.actors.length[0]), float(c.actors.width[0])
-        route_lanes, route_starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
         front = s_ego + ego_len / 2
-        # the route's lanes ahead that its lane before runs on into (two lanes join there: not where the
-        # route changes lanes, which is ours to merge by the lane change's rules)
-        lanes = c.road_map.lanes
-        ahead = {
-            int(x)
-            for x, before, at in zip(route_lanes[1:], route_lanes[:-1], route_starts[1:])
-            if x >= 0
-            and before >= 0
-            and front < at < front + MERGE_LOOK_M
-            and c.lane_ids[x] in lanes[c.lane_ids[before]].successors
-        }
+        near = (self._joined_at > front) & (self._joined_at < front + MERGE_LOOK_M)
+        ahead = {int(x) for x in self._joined_lanes[near]}
         if not ahead:
             return []
-        on_route = {int(x) for x in route_lanes if x >= 0}
         t = np.linspace(0.0, MERGE_HORIZON_S, 9)
         out = []
         for o in seen:
@@ -599,7 +605,7 @@ class Expert(BaseAgent):
             p, s_o = int(st.path_id[o.index]), float(st.s[o.index])
             theirs = c.paths.lanes[p]
             k = kernels.lane_slot(c.paths.lanes, c.paths.lane_start, p, s_o)
-            if theirs[k] < 0 or int(theirs[k]) in on_route:
+            if theirs[k] < 0 or int(theirs[k]) in self._route_lanes:
                 continue  # on our route already: a leader or a follower like any other
             if any(int(x) in ahead for x in theirs[k + 1 :] if x >= 0):
                 out.append(replace(o, merging=True))
@@ -829,12 +835,7 @@ class Expert(BaseAgent):
             share = min(max((lateral - (ego_w + o.width) / 2 - 0.3) / lateral, 0.0), 1.0)
             on_its_path = self._ramp(0.0) * math.acos(1.0 - 2.0 * share) / math.pi
             speed = max(o.v_along, 0.0)
-            room = (
-                2.0
-                + speed * _time_to_cover(on_its_path, 0.0, ASSERT_ACCEL)
-                - on_its_path
-                + speed**2 / (2.0 * YIELD_DECEL)
-            )
+            room = _braking_room(speed, _time_to_cover(on_its_path, 0.0, ASSERT_ACCEL)) - on_its_path
             if o.s < s_ego and _behind_gap(o, s_ego, ego_len) < room:
                 return False
         return True
@@ -1057,7 +1058,7 @@ class Expert(BaseAgent):
             if behind > LANE_CHANGE_BEHIND_M or (behind > 0.0 and o.speed < 0.5):
                 continue  # (far back: waiting for a stream would leave us standing; standing behind: waits for us)
             closing = _closing(o, v)
-            if o.index in flow_rows and behind > 2.0 + 0.5 * closing + closing**2 / (2.0 * YIELD_DECEL):
+            if o.index in flow_rows and behind > _braking_room(closing, 0.5):
                 continue
             if behind < 6.0 + 3.0 * closing:  # beside us, or closing in within 3 s and 6 m
                 if v < 0.5 and not held:
@@ -1081,14 +1082,20 @@ class Expert(BaseAgent):
         return bool(lane[0] >= 0 and c.lane_in_junction[lane[0]])
 
     @staticmethod
-    def _to_junction(world) -> float:
-        """Metres from our front to where the route next enters a junction (inf: none ahead)."""
+    def _next_junction_lane(world) -> int | None:
+        """Slot in the route's lane list of the junction lane the route next enters, ahead of our front."""
         c = world.compiled
         lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
         front = world.state.route_s + c.actors.length[0] / 2
-        inside = (lanes >= 0) & c.lane_in_junction[np.maximum(lanes, 0)] & (starts > front)
-        ahead = np.flatnonzero(inside)
-        return float(starts[ahead[0]] - front) if len(ahead) else math.inf
+        ahead = np.flatnonzero((lanes >= 0) & c.lane_in_junction[np.maximum(lanes, 0)] & (starts > front))
+        return int(ahead[0]) if len(ahead) else None
+
+    @classmethod
+    def _to_junction(cls, world) -> float:
+        """Metres from our front to where the route next enters a junction (inf: none ahead)."""
+        c, k = world.compiled, cls._next_junction_lane(world)
+        front = world.state.route_s + c.actors.length[0] / 2
+        return math.inf if k is None else float(c.paths.lane_start[c.route_path, k] - front)
 
     @staticmethod
     def _entry_rule(c, start: float) -> tuple[Rule | None, float]:
