@@ -2,17 +2,18 @@
 
 Each decision it (1) sees every actor near its route in route coordinates (arc length s, lateral
 offset), (2) picks a lateral target: stay in lane, overtake through a free same-direction lane, move
-over for an emergency vehicle behind, or nudge out round a standing obstacle through the oncoming lane
-and back when the oncoming traffic leaves time for the whole pass, (3) plans a speed profile with IDM
-on the tightest of: the leader on the path it plans (the body follows that path; a car moving across
-into it counts), pedestrians near it, red lights and stop signs, and yield points where its junction
-path conflicts with traffic that has priority (unprotected left turns, stop signs, merges; the traffic
-predicted with the world's own right-of-way rules and both bodies' extent; a car that gets into our lane
-before us is followed, one that would run up behind us as we come out waited for; held there long by a
-scenario's flow, which never gives way, it creeps up and goes when the flow's next vehicle can brake
-for it; going straight on with the right of way, only a vehicle that keeps no rules, or that the rules
-let in all the same, counts) and lane changes the route makes (along an acceleration lane it keeps to
-its lane a little slower than the car in the way and goes in behind it),
+over for an emergency vehicle behind (into a lane open now, as for a lane change), or nudge out round a
+standing obstacle through the oncoming lane and back when the oncoming traffic leaves time for the whole
+pass, (3) plans a speed profile with IDM on the tightest of: the leader on the path it plans (the body
+follows that path; a car moving across into it counts; a slower one where it would catch it up, the
+route's line moving across meanwhile), pedestrians near it, red lights and stop signs, and yield points
+where its junction path conflicts with traffic that has priority (unprotected left turns, stop signs,
+merges; the traffic predicted with the world's own right-of-way rules and both bodies' extent; a car
+that gets into our lane before us is followed, one that would run up behind us as we come out waited
+for; held there long by a scenario's flow, which never gives way, it creeps up and goes when the flow's
+next vehicle can brake for it; going straight on with the right of way, only a vehicle that keeps no
+rules, or that the rules let in all the same, counts) and lane changes the route makes (along an
+acceleration lane it keeps to its lane a little slower than the car in the way and goes in behind it),
 capped by the lane limit, curvature and caution near occluders and cars waiting to pull out, and (4)
 writes the Chain-of-Causation text from those same decision factors.
 """
@@ -130,6 +131,7 @@ MERGE_HORIZON_S = 2.0  # seconds ahead that a faster vehicle on a lane joining o
 MERGE_HEADING = math.cos(math.radians(30.0))  # ... heading our way within 30 degrees
 MERGE_BESIDE_M = 10.0  # ... and within this far of our route's line
 MERGE_MIN_SPEED = 2.0  # m/s we drive at, at least, for braking to let it by to be of use
+CATCH_UP_S = 8.0  # seconds ahead it looks for where it would catch up a slower car (its lateral there)
 MAKE_WAY_SLOWER = 5.0  # m/s slower than an emergency vehicle behind us that it drives, making way
 MAKE_WAY_MIN_SPEED = 2.0  # ... at least
 PASS_ACCEL = 2.5  # m/s^2 it accelerates at through the oncoming lane (1.5 elsewhere: the gaps are short)
@@ -308,6 +310,23 @@ class Expert(BaseAgent):
             and c.lane_ids[lanes[k]] in c.road_map.lanes[c.lane_ids[lanes[k - 1]]].successors
         ]
         self._joined_lanes, self._joined_at = lanes[runs_on], starts[runs_on]
+        # the route's lane changes: (where its line starts moving across, over how many metres, how far)
+        self._changes = []
+        for k in np.flatnonzero((starts[:-1] == starts[1:]) & (lanes[1:] >= 0) & (lanes[:-1] >= 0)):
+            here, there = (c.road_map.lanes[c.lane_ids[lanes[x]]] for x in (k, k + 1))
+            heading = here.heading[0]
+            side = float(np.dot(there.centerline[0] - here.centerline[0], [-np.sin(heading), np.cos(heading)]))
+            self._changes.append((int(k), float(starts[k]), here.length, side))
+
+    def _line_moves(self, s_from: float, s_to: float) -> float:
+        """Metres the route's line moves across (left positive) from arc length ``s_from`` to ``s_to``
+        where the route changes lanes: a vehicle keeping to its lane there is that much further right of
+        the line at ``s_to`` than at ``s_from``."""
+        return sum(
+            side * float(smoothstep((s_to - first) / length) - smoothstep((s_from - first) / length))
+            for _, first, length, side in self._changes
+            if first < s_to and s_from < first + length
+        )
 
     def act(self, observation: dict[str, Any] | None = None) -> AgentOutput:
         return self.plan(self.world)
@@ -485,10 +504,15 @@ class Expert(BaseAgent):
                     clip_gap = gap
                 continue
             # in the way if the path we plan (the body follows it: at each metre ahead it lies at the
-            # planned offset) comes within the corridor of the actor's lateral where it stands
-            r = o.s - s_ego + np.linspace(-o.length / 2, o.length / 2, 5)
+            # planned offset) comes within the corridor of the actor's lateral where it stands; a slower
+            # car, where we would catch it up (in the lane a route changes into, the line moves across
+            # towards it meanwhile: MergerIntoSlowTraffic's flow)
+            lat, r = o.lat, o.s - s_ego + np.linspace(-o.length / 2, o.length / 2, 5)
+            if not o.static and 0.5 < o.v_along < v - 0.5:
+                ahead = o.v_along * min(gap / (v - o.v_along), CATCH_UP_S)
+                lat, r = o.lat - self._line_moves(o.s, o.s + ahead), r + ahead
             planned = lateral_ahead(np.maximum(r, 0.0))
-            if np.min(np.abs(o.lat - planned)) >= corridor + o.width / 2 and not self._cuts_in(
+            if np.min(np.abs(lat - planned)) >= corridor + o.width / 2 and not self._cuts_in(
                 o, float(planned[2]), s_ego, v, corridor
             ):
                 continue
@@ -763,9 +787,10 @@ class Expert(BaseAgent):
                 )
 
     def _make_way(self, world, seen, s_ego, width, corridor, nb, reasons) -> bool:
-        """An emergency vehicle coming up behind us in our lane: move over to a free same-direction lane
-        beside and let it by (the Leaderboard's YieldToEmergencyVehicle), early enough that it is past
-        within its 10 s from 50 m behind (15 m/s faster, it comes from 120 m behind in 8 s)."""
+        """An emergency vehicle coming up behind us in our lane: move over to a same-direction lane beside
+        that is open now (``_lane_open``: not the wider berth an overtake keeps) and let it by (the
+        Leaderboard's YieldToEmergencyVehicle), early enough that it is past within its 10 s from 50 m
+        behind (15 m/s faster, it comes from 120 m behind in 8 s)."""
         rows = {w.emergency_vehicle for w in world.compiled.windows if w.emergency_vehicle >= 0}
         v = float(world.state.speed[0])
         ev = next(
@@ -782,7 +807,7 @@ class Expert(BaseAgent):
             return False
         ego_len = float(world.compiled.actors.length[0])
         for beside in sorted(self._lanes_beside(world, nb, width), key=lambda side: side < 0):
-            if abs(beside) > 1.0 and self._lane_free(seen, s_ego, v, ego_len, width, beside, 30.0):
+            if abs(beside) > 1.0 and self._lane_open(seen, s_ego, v, ego_len, width, beside, 30.0):
                 side = "left" if beside > 0 else "right"
                 self.maneuver, self.blocker, self.offset = f"make_way_{side}", ev.id, beside
                 reasons.append(
@@ -857,6 +882,18 @@ class Expert(BaseAgent):
     def _obstacle_end(self, seen, blocker: Seen) -> float:
         """Route arc length of the far end of the obstacle ``blocker`` belongs to."""
         return max(o.s + o.length / 2 for o in self._obstacle(seen, blocker))
+
+    @staticmethod
+    def _lane_open(seen, s_ego, v, ego_len, width, target, ahead) -> bool:
+        """Whether we may move into the lane at lateral ``target`` now, as into the lane a route changes
+        to: nobody in it from beside us to ``ahead`` metres ahead, nor behind and about to catch us up
+        (``_comes_up_behind``: a car following at our speed some way back is no reason to wait)."""
+        return not any(
+            o.kind != PEDESTRIAN
+            and abs(o.lat - target) < width / 2 + o.width / 2
+            and (s_ego < o.s < s_ego + ahead or _comes_up_behind(o, s_ego, v, ego_len))
+            for o in seen
+        )
 
     @staticmethod
     def _lane_free(seen, s_ego, v, ego_len, width, target, ahead) -> bool:
@@ -1018,11 +1055,8 @@ class Expert(BaseAgent):
         front = s_ego + c.actors.length[0] / 2
         ego_w = float(c.actors.width[0])
         self._merge_speed, self._merge_hold = math.inf, None
-        for k in np.flatnonzero((starts[:-1] == starts[1:]) & (lanes[1:] >= 0) & (lanes[:-1] >= 0)):
+        for k, first, _, side in self._changes:
             here, there = (c.road_map.lanes[c.lane_ids[lanes[x]]] for x in (k, k + 1))
-            heading = here.heading[0]
-            side = float(np.dot(there.centerline[0] - here.centerline[0], [-np.sin(heading), np.cos(heading)]))
-            first = float(starts[k])
             commit = _lane_change_commit(here.length, abs(side), here.width / 2 - ego_w / 2)
             long = commit >= MIN_RAMP_M and here.length > HOLD_END_M + 2.0 * MIN_RAMP_M
             start = first + here.length - HOLD_END_M if long else first + commit  # where it waits, at the latest

@@ -149,11 +149,17 @@ def _ego(road_map: RoadMap, route: list[str], s: float, speed: float, goal: floa
 
 
 def random_path(road_map: RoadMap, start: str, length: float, rng: np.random.Generator) -> list[str]:
+    """Lanes from ``start`` along randomly chosen successors for ``length`` m (or to a dead end); a lane
+    that runs out merges into the lane beside (``RoadMap.merges_into``) and goes on from there."""
     ids, total = [start], road_map.lanes[start].length
-    while total < length:
+    while total < length or road_map.merges_into(ids[-1]):  # (never ends in a lane that runs out)
         succ = road_map.lanes[ids[-1]].successors
         if not succ:
-            break
+            into = road_map.merges_into(ids[-1])
+            if into is None:
+                break
+            succ = road_map.lanes[into].successors
+            ids.append(into)  # (a lane change along the lane that runs out: no length of its own)
         ids.append(succ[int(rng.integers(len(succ)))])
         total += road_map.lanes[ids[-1]].length
     return ids

@@ -20,6 +20,7 @@ from shapely.geometry import LineString, Polygon
 from scenarios import geometry as geo
 
 DRIVABLE_MARGIN = 0.05  # metres the drivable lanes are grown by, closing the seams between them
+RUNS_OUT_WIDTH = 0.5  # metres: a lane no wider than this at its end, with no successor, runs out there
 Marking = Literal["solid", "dashed", "double_solid", "none"]
 
 # OpenDRIVE lane types a vehicle may drive on (the drivable area); the others (sidewalk, biking,
@@ -102,6 +103,13 @@ class Lane:
     @property
     def drivable(self) -> bool:
         return self.kind in DRIVABLE_KINDS
+
+    @property
+    def runs_out(self) -> bool:
+        """Whether the lane narrows to nothing at its end with no lane after it (a highway's acceleration
+        lane, a lane dropped before a junction): traffic on it must move into the lane beside."""
+        end_width = self.width if self.widths is None else self.widths[-1]
+        return not self.successors and end_width <= RUNS_OUT_WIDTH
 
     @cached_property
     def polygon(self) -> Polygon:
@@ -286,6 +294,18 @@ class RoadMap:
                     out[n] = k + 1
                     todo.append((n, k + 1))
         return out
+
+    def merges_into(self, lane_id: str) -> str | None:
+        """The lane that traffic on a lane that runs out (``Lane.runs_out``) changes into along it: its
+        right neighbour, else its left, where that one is of its kind and goes on (as CARLA's traffic
+        manager links a dead end); None for a lane that does not run out, or has nowhere to go."""
+        lane = self.lanes[lane_id]
+        if not lane.runs_out:
+            return None
+        for n in (lane.right, lane.left):
+            if n is not None and self.lanes[n].kind == lane.kind and self.lanes[n].successors:
+                return n
+        return None
 
     def is_lane_change(self, a: str, b: str) -> bool:
         """Whether ``b`` lies beside ``a`` (same direction): a route may change into it along ``a``."""

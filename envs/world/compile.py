@@ -523,6 +523,7 @@ def _windows(scn: Scenario, ids: list[str]) -> tuple[WindowRows, ...]:
 
 
 SPAWN_SPACING = 5.0  # metres between the spawn points on a background lane
+BACKGROUND_PATH_M = {"driving": 300.0, "sidewalk": 150.0}  # metres a background actor's path runs past its lane
 FRONT_BRAKE_DECEL = 6.0  # m/s^2 of the vehicles a front-brake event stops
 FRONT_BRAKE_HOLD = 5.0  # seconds they stand before driving on
 ONCOMING_BEYOND = 100.0  # metres past a ClearBackground's ``ahead_to`` that its oncoming lanes are kept clear
@@ -539,13 +540,14 @@ def _background_pools(
     rng = np.random.default_rng([scn.seed, 0xB6])
     pools, actors = [], []
 
-    def spawn_points(kind: str, length: float) -> tuple[list, list, list, list]:
+    def spawn_points(kind: str) -> tuple[list, list, list, list]:
         xy, path, s_on, speed = [], [], [], []
         for lane_id in lanes_near(road_map, scn.ego.route, spec.near_route, kind):
             lane = road_map.lanes[lane_id]
             if lane.length <= 10.0:
                 continue
-            p = paths.add_lanes(road_map, random_path(road_map, lane_id, length, rng), lane_index)
+            ahead = lane.length + BACKGROUND_PATH_M[kind]  # (past the lane's end: an actor appears anywhere on it)
+            p = paths.add_lanes(road_map, random_path(road_map, lane_id, ahead, rng), lane_index)
             s = np.arange(3.0, lane.length - 3.0, SPAWN_SPACING)
             centre = lane.centerline
             xy.append(np.column_stack([np.interp(s, lane.s, centre[:, 0]), np.interp(s, lane.s, centre[:, 1])]))
@@ -555,7 +557,7 @@ def _background_pools(
         return xy, path, s_on, speed
 
     if spec.max_vehicles > 0:
-        xy, path, s_on, speed = spawn_points("driving", 300.0)
+        xy, path, s_on, speed = spawn_points("driving")
         if xy:
             rows = len(scn.actors) + 1 + np.arange(spec.max_vehicles)
             pools.append(
@@ -569,7 +571,7 @@ def _background_pools(
                 for k in range(spec.max_vehicles)
             ]
     if spec.max_pedestrians > 0:
-        xy, path, s_on, speed = spawn_points("sidewalk", 150.0)
+        xy, path, s_on, speed = spawn_points("sidewalk")
         near = np.concatenate([road_map.lanes[x].centerline for x in scn.ego.route])[::5]
         crossings = 0
         for cw in road_map.crosswalks:

@@ -359,16 +359,22 @@ def traffic_accel(
                 continue
             if abs(z[o] - z[i]) > LEVEL_GAP:
                 continue
-            # a vehicle's body as a capsule: its centre and two points (length - width) / 2 to the front
-            # and back, each reaching half its width (a walker: its centre), so a car nosing into the
-            # path is seen as a bounding box would be, not only once its centre is on it
+            # a vehicle's body as its bounding box: a capsule (its centre and two points (length - width)
+            # / 2 to the front and back, each reaching half its width) and the box's four corners, which
+            # the capsule leaves out (a walker: its centre), so a car nosing into the path, or a path
+            # passing a standing car's corner, is seen as the box would be, not only once the centre is
             spine = max(0.5 * (length[o] - width[o]), 0.0)
-            ends = 1 if spine < 0.25 else 3
+            points = 1 if spine < 0.25 else 7
             cy, sy = math.cos(yaw[o]), math.sin(yaw[o])
-            reach = 0.5 * (width[i] + width[o]) + OBSTACLE_MARGIN
-            for e in range(ends):
-                off = 0.0 if e == 0 else (spine if e == 1 else -spine)
-                ox, oy = x[o] + off * cy, y[o] + off * sy
+            for e in range(points):
+                reach = 0.5 * (width[i] + width[o]) + OBSTACLE_MARGIN
+                if e < 3:
+                    off, side = (0.0 if e == 0 else (spine if e == 1 else -spine)), 0.0
+                else:  # a corner
+                    off = 0.5 * length[o] * (1.0 if e < 5 else -1.0)
+                    side = 0.5 * width[o] * (1.0 if e % 2 == 1 else -1.0)
+                    reach = 0.5 * width[i] + OBSTACLE_MARGIN
+                ox, oy = x[o] + off * cy - side * sy, y[o] + off * sy + side * cy
                 dmin, s_hit, h_hit = np.inf, 0.0, 0.0
                 k = k0
                 while k < n - 1 and p_s[p, k] < front + sight:
@@ -383,8 +389,8 @@ def traffic_accel(
                     k += 1
                 if dmin < reach and s_hit > front - 0.3:
                     # (the centre's gap counts half the length, as the body lies along the path when
-                    # following; an end point's counts the capsule's radius)
-                    gap = max(s_hit - front - (0.5 * length[o] if e == 0 else 0.5 * width[o]), 0.0)
+                    # following; an end point's counts the capsule's radius; a corner is on the body)
+                    gap = max(s_hit - front - (0.5 * length[o] if e == 0 else (0.5 * width[o] if e < 3 else 0.0)), 0.0)
                     facing = math.cos(yaw[o] - h_hit)
                     along = speed[o] * facing
                     if facing < -0.5:  # coming at us in our lane (an overtaker): stop well back, braking

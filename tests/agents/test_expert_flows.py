@@ -16,6 +16,7 @@ import math
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from agents import prediction
 from agents.expert import Expert
@@ -343,6 +344,33 @@ def test_changing_lanes_into_a_flow_along_a_long_lane_the_expert_keeps_its_pace_
     for _ in decisions:
         slowest = min(slowest, float(world.state.speed[0]))
     assert _events(world) == ["route_complete"] and world.state.t < 40.0 and slowest > 3.0
+
+
+@pytest.mark.parametrize(
+    "target, ahead, speed, ego_speed",
+    [("r_f1", 55.0, 12.0, 22.0), ("r_f1", 60.0, 10.0, 20.0), ("r_f0", 80.0, 12.0, 18.0), ("r_f0", 85.0, 12.0, 22.0)],
+)
+def test_changing_lanes_the_expert_falls_in_behind_a_slow_car_where_it_would_catch_it_up(
+    target, ahead, speed, ego_speed
+):
+    """MergerIntoSlowTraffic (route 23): the route changes one or two lanes over along a 260 m lane, and
+    a car drives slower in the lane it moves into. By the time the ego catches it up the route's line
+    has moved across towards it, so it is a car to follow, judged at the catch-up point, not where it
+    is now: the previous expert judged it beside its path and hit its side as the line moved (these
+    four, of 180 in a scan; the new expert none)."""
+    from scenarios.families import build_family_map, idm_actor, make_scenario
+
+    params = {"lanes": 3, "length": 260.0, "speed_limit": 27.8, "density": 0.0}
+    road = make_scenario("straight", params, 0, "lc")
+    lane = road.ego.lane
+    assert target in build_family_map("straight", params).lanes_beside(lane)
+    ego = road.ego.model_copy(update={"s": 5.0, "speed": ego_speed, "route": [lane, target], "goal_distance": 240.0})
+    slow = idm_actor("slow", target, ahead, speed, [target], speed)
+    data = road.model_dump(mode="json") | {"ego": ego.model_dump(mode="json"), "actors": [slow], "duration_s": 40.0}
+    world, decisions = _drive(Scenario.model_validate(data), 60)
+    for _ in decisions:
+        pass
+    assert _events(world) == ["route_complete"]
 
 
 def _on_built_map(tmp_path, builder, scenario: dict) -> Scenario:

@@ -9,6 +9,7 @@ import math
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from agents.expert import Expert
 from envs.world import traffic
@@ -137,19 +138,27 @@ def test_the_expert_changes_lanes_for_an_emergency_vehicle_and_comes_back(monkey
     assert "yield_emergency_vehicle" in events and max(abs(x) for x in laterals) < 0.5
 
 
-def _emergency_vehicle_behind(speed: float, ev_speed: float) -> Scenario:
+def _emergency_vehicle_behind(speed: float, ev_speed: float, follower_back: float | None = None) -> Scenario:
     """Two lanes our way at 22.2 m/s; the ego at ``speed``, an emergency vehicle 30 m behind it in its lane
-    at ``ev_speed``, with 10 s to get by (the Leaderboard's YieldToEmergencyVehicle)."""
-    from scenarios.families import make_scenario
+    at ``ev_speed``, with 10 s to get by (the Leaderboard's YieldToEmergencyVehicle); with
+    ``follower_back``, a car that far behind the ego in the other lane, at the ego's speed."""
+    from scenarios.families import build_family_map, make_scenario
 
-    road = make_scenario("straight", {"lanes": 2, "length": 800.0, "speed_limit": 22.2, "density": 0.0}, 0, "ev")
+    params = {"lanes": 2, "length": 800.0, "speed_limit": 22.2, "density": 0.0}
+    road = make_scenario("straight", params, 0, "ev")
     ego = road.ego.model_copy(update={"s": 80.0, "speed": speed, "goal_distance": 600.0})
     behaviour = {"type": "idm", "desired_speed": ev_speed + 4.0, "reacts_to_signals": False, "time_headway": 0.8}
     ev = {"id": "ev", "lane": ego.lane, "s": ego.s - 30.0, "speed": ev_speed, "length": 5.5, "width": 2.1}
+    actors = [ev | {"behaviour": behaviour}]
+    if follower_back is not None:
+        lane = build_family_map("straight", params).lanes[ego.lane]
+        beside = lane.left or lane.right
+        follower = {"id": "follower", "lane": beside, "s": ego.s - follower_back, "speed": speed}
+        actors.append(follower | {"behaviour": {"type": "idm", "desired_speed": speed}})
     window = {"name": "EV_1", "type": "YieldToEmergencyVehicle", "start": ego.s, "duration_s": 10.0}
     data = road.model_dump(mode="json") | {
         "ego": ego.model_dump(mode="json"),
-        "actors": [ev | {"behaviour": behaviour}],
+        "actors": actors,
         "windows": [window | {"actors": ["ev"], "emergency_vehicle": "ev"}],
         "duration_s": 40.0,
     }
@@ -167,6 +176,21 @@ def test_out_of_the_way_of_an_emergency_vehicle_the_expert_stays_slower_than_it_
         assert "yield_emergency_vehicle" not in events and "collision" not in events, (speed, ev_speed)
     monkeypatch.setattr(agents.expert, "MAKE_WAY_SLOWER", -100.0)  # (no cap: as before)
     events, _ = _drive_for(_emergency_vehicle_behind(8.0, 20.0), 30.0)
+    assert "yield_emergency_vehicle" in events
+
+
+@pytest.mark.parametrize("follower_back", [20.0, 30.0, 40.0])
+def test_for_an_emergency_vehicle_the_expert_moves_over_in_front_of_a_car_following_some_way_back(
+    monkeypatch, follower_back
+):
+    """The lane beside holds a car some way back at the ego's speed (routes 16 and 24: 30-60 m back at
+    about 28 m/s): it is open to move into, as for a route's lane change, though not free by the wider
+    berth an overtake keeps; the previous expert waited for it to be free, and the vehicle, stuck behind
+    it at its speed, was not by within its 10 s."""
+    events, _ = _drive_for(_emergency_vehicle_behind(20.0, 30.0, follower_back), 30.0)
+    assert "yield_emergency_vehicle" not in events and "collision" not in events
+    monkeypatch.setattr(Expert, "_lane_open", staticmethod(Expert._lane_free))  # (as before)
+    events, _ = _drive_for(_emergency_vehicle_behind(20.0, 30.0, follower_back), 30.0)
     assert "yield_emergency_vehicle" in events
 
 

@@ -1,13 +1,20 @@
 """Background traffic around the ego: spawned within the radius at the configured density, despawned
 beyond it, a fixed pool of rows, deterministic and branchable like everything else in the world."""
 
+import itertools
+from pathlib import Path
+
 import numpy as np
 import pytest
 from shapely.geometry import Point, Polygon
 from shapely.ops import unary_union
 
 from envs import World
+from envs.world.compile import BACKGROUND_PATH_M
+from scenarios import geometry as geo
 from scenarios import load_bank
+from scenarios.families import random_path
+from scenarios.opendrive.cache import load_map
 from tests.envs.helpers import drive_world, route_plan
 
 
@@ -101,3 +108,36 @@ def test_a_walker_waits_for_a_vehicle_standing_in_its_way():
     for _ in range(10):
         w.step(0.0, 0.0)
     assert float(st.s[k]) > s0 + 1.0
+
+
+def test_a_background_vehicle_drives_on_well_past_the_lane_it_appears_on(town_route):
+    """A vehicle may appear anywhere on its lane, near its end too: its path runs on for the pool's
+    length past that lane (or to a dead end), so it never vanishes, or runs off its path into whoever
+    stands beyond it, a few metres after appearing."""
+    w = World(town_route)
+    (vehicles,) = w.compiled.background
+    paths, road = w.compiled.paths, w.compiled.road_map
+    ahead = paths.length[vehicles.path] - vehicles.s
+    last_lane = [w.compiled.lane_ids[paths.lanes[p][paths.lanes[p] >= 0][-1]] for p in vehicles.path]
+    dead_end = np.array([not road.lanes[x].successors for x in last_lane])
+    assert (ahead[~dead_end] >= BACKGROUND_PATH_M["driving"]).all()
+    assert (~dead_end).mean() > 0.9
+
+
+def test_traffic_on_a_lane_that_runs_out_moves_into_the_lane_beside_and_drives_on():
+    """A lane that narrows to nothing with no lane after it (Town06's lane dropped before a junction) is
+    left for the lane beside, as CARLA's traffic manager links such a dead end: a path along it changes
+    into that lane and goes on along its successors, instead of ending at the point where the lane has
+    no width left (beside the next lane's traffic)."""
+    road = load_map(Path(__file__).parents[2] / "scenarios" / "towns" / "Town06.xodr.gz")[0]
+    lane = road.lanes["48_0_-3"]
+    assert lane.runs_out and road.merges_into(lane.id) == "48_0_-4"
+    assert not road.lanes["48_0_-4"].runs_out and road.merges_into("48_0_-4") is None
+    path = random_path(road, lane.id, 300.0, np.random.default_rng(0))
+    assert path[:2] == [lane.id, "48_0_-4"] and path[2] in road.lanes["48_0_-4"].successors
+    assert all(b in road.lanes[a].successors for a, b in itertools.pairwise(path[2:]))
+    line = road.lane_sequence_polyline(path)
+    assert geo.arc_lengths(line)[-1] >= 300.0
+    # by the lane's end the path is on the centre of the lane beside, clear of the point the lane runs out at
+    assert np.min(np.hypot(*(line - road.lanes["48_0_-4"].centerline[-1]).T)) < 0.1
+    assert np.min(np.hypot(*(line - lane.centerline[-1]).T)) > 1.0

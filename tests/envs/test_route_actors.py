@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from envs import World
+from envs.world import kernels
 from tests.envs.helpers import drive_world, route_plan
 
 
@@ -320,6 +321,36 @@ def test_a_vehicle_stops_for_the_egos_nose_in_its_lane_not_only_its_centre(empty
         w.step(-3.0, 0.0)
     assert not [e for e in w.log if e.kind == "collision"]
     assert st.speed[i] < 0.5 and np.hypot(st.x[i] - st.x[0], st.y[i] - st.y[0]) > 3.0
+
+
+@pytest.mark.parametrize("turned", [40.0, 45.0, 50.0])
+def test_a_vehicle_stops_for_the_corner_of_an_ego_standing_at_an_angle_to_its_lane(empty_straight, turned):
+    """Traffic sees the corners of the ego's box too, which the capsule along its length leaves out: an
+    ego standing turned towards the oncoming lane with only its front corner over that lane's centre
+    line (its centre and both ends of the capsule out of reach) is braked for, not driven into."""
+    ego = empty_straight.ego
+    road = World(empty_straight).compiled.road_map
+    lane, oncoming = road.lanes[ego.lane], road.lanes[road.lanes[ego.lane].opposite]
+    car = {"id": "car", "lane": oncoming.id, "s": oncoming.length - (ego.s + 60.0), "speed": 10.0}
+    w = World(_with(empty_straight, actors=[car | {"behaviour": {"type": "idm", "desired_speed": 10.0}}]))
+    st, a, i = w.state, w.compiled.actors, w.compiled.actors.index("car")
+    yaw = lane.heading[0] + np.radians(turned)
+    towards = np.array([np.cos(lane.heading[0] + np.pi / 2), np.sin(lane.heading[0] + np.pi / 2)])
+    forward, left = np.array([np.cos(yaw), np.sin(yaw)]), np.array([-np.sin(yaw), np.cos(yaw)])
+    length, width = float(a.length[0]), float(a.width[0])
+    spine = (length - width) / 2 * forward
+    corner = length / 2 * forward + width / 2 * left  # the front corner nearest the oncoming lane
+    centre_line = oncoming.pose_at(oncoming.length - ego.s)[0]
+    # the corner 5 cm past the car's side; the capsule's points (its centre, its ends) out of its reach
+    centre = centre_line - (float(a.width[i]) / 2 - 0.05 + corner @ towards) * towards
+    reach = (a.width[i] + width) / 2 + kernels.OBSTACLE_MARGIN
+    assert all(abs((centre + p - centre_line) @ towards) > reach for p in (0.0 * spine, spine, -spine))
+    st.x[0], st.y[0] = centre
+    st.yaw[0], st.speed[0] = yaw, 0.0
+    for _ in range(100):
+        w.step(-3.0, 0.0)
+    assert not [e for e in w.log if e.kind == "collision"]
+    assert st.speed[i] < 0.5
 
 
 def test_a_vehicle_brakes_for_the_speed_an_ego_in_its_lane_closes_at(empty_straight):
