@@ -599,11 +599,13 @@ class Expert(BaseAgent):
         """Vehicles on a lane that runs on into one of our route's lanes ahead (a junction's connectors
         that join, an on-ramp's; not where the route changes lanes, which the lane change's rules merge),
         heading our way: each is a leader to let in ahead, so that we fall in behind it: one ahead of us
-        always (we do not race it to where the lanes join), one beside or behind us if it would come
-        alongside within ``MERGE_HORIZON_S`` (closing in along the route and across it) and is not behind
-        us and slower. Where lanes join at a shallow angle they overlap well before the map's joining
-        point, and a driver following its own lane sees us on its path only once our body is on it, too
-        late to brake (route 24's EnterActorFlow, whose flow came alongside the ego as the lanes closed up)."""
+        that moves (we do not race it to where the lanes join; one standing may be giving way to us:
+        route 60, and Leaderboard 1.0's route 38, stood 180 s behind a car that stood for them), one
+        beside or behind us if it would come alongside within ``MERGE_HORIZON_S`` (closing in along the
+        route and across it) and is not behind us and slower. Where lanes join at a shallow angle they
+        overlap well before the map's joining point, and a driver following its own lane sees us on its
+        path only once our body is on it, too late to brake (route 24's EnterActorFlow, whose flow came
+        alongside the ego as the lanes closed up)."""
         c, st = world.compiled, world.state
         ego_len, ego_w = float(c.actors.length[0]), float(c.actors.width[0])
         front = s_ego + ego_len / 2
@@ -616,6 +618,9 @@ class Expert(BaseAgent):
         for o in seen:
             if o.kind == PEDESTRIAN or o.static or o.v_along < MERGE_HEADING * o.speed or abs(o.lat) > MERGE_BESIDE_M:
                 continue
+            if o.speed < MERGE_MIN_SPEED and o.s > s_ego:
+                continue  # (standing short of where the lanes join: held, by the junction's rules, for us too;
+                # on our path it is a leader like any other)
             if o.s - o.length / 2 <= s_ego + ego_len / 2:  # beside or behind us: if it comes alongside
                 if v < MERGE_MIN_SPEED:
                     continue  # (standing, braking cannot let it by: the junction's rules hold us or let us go)

@@ -48,6 +48,14 @@ class PathTable:
         pts, z, starts = road_map.lane_sequence(lane_ids)
         return self.add(pts, [lane_index[x] for x in lane_ids], starts, key, z)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the packed arrays (padded to the longest path: a route's) and the polylines kept."""
+        packed = ("xy", "s", "heading", "z", "length", "n_points", "lanes", "lane_start")
+        return sum(getattr(self, name).nbytes for name in packed if hasattr(self, name)) + sum(
+            p.nbytes for p in self._polylines
+        )
+
     def freeze(self) -> None:
         """Pack into padded arrays: xy [P, M, 2], s [P, M], heading [P, M], z [P, M], lane tables [P, K]."""
         self.frozen = True

@@ -413,6 +413,28 @@ def _joining_at_a_shallow_angle(tmp_path, source: float, flow_speed: float) -> S
     )
 
 
+@pytest.mark.parametrize("car_at, ego_at", [(140.0, 60.0), (135.0, 50.0), (130.0, 50.0), (140.0, 70.0)])
+def test_a_car_standing_to_give_way_where_its_lane_joins_ours_is_not_waited_for(tmp_path, car_at, ego_at):
+    """Two lanes join just past a junction; on the other one a car stands at its stop sign, giving way to
+    the ego, 9 m to its side and ahead of it. A car standing there is not one merging in first (it may
+    be waiting for us; standing, it passes any "heading our way" test): the previous expert slowed to a
+    crawl behind it until it went, 10 s later here (route 60 and Leaderboard 1.0's route 38 stood 180 s
+    where the car kept waiting)."""
+    from scenarios.families import idm_actor
+
+    b = _roads(
+        ("a", 0, 0, 150, 1), ("b", 0, -9, 150, 1), ("o", 165, 0, 300, 1), connect=(("a_f0", "o_f0"), ("b_f0", "o_f0"))
+    )
+    b.stop_sign("b_f0")
+    car = idm_actor("side", "b_f0", car_at, 0.0, ["b_f0", "j:b_f0->o_f0", "o_f0"], 10.0, yields_at_junctions=True)
+    ego = {"lane": "a_f0", "s": ego_at, "speed": 9.0, "route": ["a_f0", "j:a_f0->o_f0", "o_f0"], "goal_distance": 250.0}
+    scenario = _on_built_map(tmp_path, b, {"id": "standing", "duration_s": 60.0, "ego": ego, "actors": [car]})
+    world, decisions = _drive(scenario, 100)
+    for _ in decisions:
+        pass
+    assert _events(world) == ["route_complete"] and world.state.t < 20.0
+
+
 def test_where_lanes_join_at_a_shallow_angle_the_expert_falls_in_behind_the_car_coming_alongside(tmp_path):
     """The car on the other lane is seen on our side well before the lanes touch; a faster one, or one a
     nose ahead, is let in ahead. The previous expert drove on, and each of these five hit its side (the

@@ -296,3 +296,23 @@ def test_every_family_runs_ten_seconds_under_the_route_follower(scenario):
     drive_world(w, RouteFollower().plan, 10.0)
     assert w.t == pytest.approx(10.0)
     assert np.isfinite(w.state.x).all() and np.isfinite(w.state.speed).all()
+
+
+def test_compiled_scenarios_are_kept_for_later_resets_within_a_memory_budget(monkeypatch):
+    """A scenario is compiled once and reused by later resets of it, but the cache keeps only as many
+    as fit its byte budget (before, it kept 33 whatever their size: 5-10 GB of 10 km routes per
+    evaluation worker, and two evaluations at once ran a 24 GB machine out of memory)."""
+    from envs.world import compile as compiled
+
+    monkeypatch.setattr(compiled, "_CACHE", {})
+    scenarios = load_bank("core", split="test").scenarios[:6]
+    first = compiled.compile_scenario(scenarios[0])
+    assert compiled.compile_scenario(scenarios[0]) is first  # reused
+    budget = 2.5 * first.paths.nbytes
+    monkeypatch.setattr(compiled, "CACHE_BYTES", budget)
+    for scn in scenarios[1:]:
+        latest = compiled.compile_scenario(scn)
+        assert compiled.compile_scenario(scn) is latest  # the one just compiled is always kept
+        kept = compiled._CACHE.values()
+        assert len(kept) == 1 or sum(c.paths.nbytes for c in kept) <= budget
+    assert len(compiled._CACHE) < len(scenarios)
