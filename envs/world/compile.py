@@ -203,10 +203,9 @@ def compile_scenario(scn: Scenario, road_map: RoadMap | None = None) -> Compiled
     key = scenario_key(scn)
     if key not in _CACHE:
         _CACHE[key] = _compile(scn, road_map if road_map is not None else load_map(scn))
-        while len(_CACHE) > 1 and (
-            len(_CACHE) > CACHE_ENTRIES or sum(c.paths.nbytes for c in _CACHE.values()) > CACHE_BYTES
-        ):
-            _CACHE.pop(next(iter(_CACHE)))
+        held = sum(c.paths.nbytes for c in _CACHE.values())
+        while len(_CACHE) > 1 and (len(_CACHE) > CACHE_ENTRIES or held > CACHE_BYTES):
+            held -= _CACHE.pop(next(iter(_CACHE))).paths.nbytes
     return _CACHE[key]
 
 

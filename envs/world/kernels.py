@@ -366,14 +366,15 @@ def traffic_accel(
             spine = max(0.5 * (length[o] - width[o]), 0.0)
             points = 1 if spine < 0.25 else 7
             cy, sy = math.cos(yaw[o]), math.sin(yaw[o])
+            body_reach = 0.5 * (width[i] + width[o]) + OBSTACLE_MARGIN  # a capsule point's
+            corner_reach = 0.5 * width[i] + OBSTACLE_MARGIN  # a corner's (on the body itself)
             for e in range(points):
-                reach = 0.5 * (width[i] + width[o]) + OBSTACLE_MARGIN
                 if e < 3:
-                    off, side = (0.0 if e == 0 else (spine if e == 1 else -spine)), 0.0
+                    off, side, reach = (0.0 if e == 0 else (spine if e == 1 else -spine)), 0.0, body_reach
                 else:  # a corner
                     off = 0.5 * length[o] * (1.0 if e < 5 else -1.0)
                     side = 0.5 * width[o] * (1.0 if e % 2 == 1 else -1.0)
-                    reach = 0.5 * width[i] + OBSTACLE_MARGIN
+                    reach = corner_reach
                 ox, oy = x[o] + off * cy - side * sy, y[o] + off * sy + side * cy
                 dmin, s_hit, h_hit = np.inf, 0.0, 0.0
                 k = k0

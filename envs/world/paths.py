@@ -50,11 +50,11 @@ class PathTable:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the packed arrays (padded to the longest path: a route's) and the polylines kept."""
-        packed = ("xy", "s", "heading", "z", "length", "n_points", "lanes", "lane_start")
-        return sum(getattr(self, name).nbytes for name in packed if hasattr(self, name)) + sum(
-            p.nbytes for p in self._polylines
-        )
+        """Bytes of the packed arrays (padded to the longest path: a route's); 0 before ``freeze``."""
+        if not self.frozen:
+            return 0
+        packed = (self.xy, self.s, self.heading, self.z, self.length, self.n_points, self.lanes, self.lane_start)
+        return sum(a.nbytes for a in packed)
 
     def freeze(self) -> None:
         """Pack into padded arrays: xy [P, M, 2], s [P, M], heading [P, M], z [P, M], lane tables [P, K]."""
