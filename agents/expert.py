@@ -111,7 +111,7 @@ YIELD_DECEL = 7.0  # m/s^2 a vehicle that sees us in its path is counted on to b
 ASSERT_ACCEL = 1.5  # m/s^2 it counts on for itself then (what its plan reaches from a standstill, not CROSS_ACCEL)
 CREEP_SPEED = 1.5  # m/s it creeps at (the cars queued behind it follow at walking pace, and stop with it)
 CREEP_STANDOFF_M = 0.3  # metres short of where a conflicting vehicle would see it that it creeps up to, waiting
-LANE_CHANGE_BEHIND_M = 30.0  # metres behind us in the lane we change into that it checks
+LANE_CHANGE_BEHIND_M = 30.0  # metres behind us in the lane a short change moves into that it checks
 CUT_IN_HORIZON_S = 3.0  # seconds ahead a vehicle moving across towards our path is projected
 CUT_IN_MIN_SLOPE = 0.25  # ... if it heads across our route at 14 degrees or more
 BEHIND_M = 160.0  # metres of route behind it that it looks along (an emergency vehicle, a car coming up)
@@ -296,7 +296,8 @@ class Expert(BaseAgent):
         self._creeping = False  # up to the edge of a flow's path, at a junction it asserts itself at
         self._merge_speed = math.inf  # m/s it keeps to while a car in the lane it changes into draws ahead
         self._merge_hold: tuple[float, float, float] | None = None  # (start, length, side) of a long change held off
-        self._merged = -math.inf  # route arc length where the long lane change it has moved across into starts
+        self._moved: tuple[float, float, float] | None = None  # (start, length, side) of the long change it made
+        self._last_s = -math.inf  # route arc length at its last decision
         c = self.world.compiled
         lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
         self._route_lanes = {int(x) for x in lanes if x >= 0}
@@ -327,6 +328,20 @@ class Expert(BaseAgent):
             for _, first, length, side in self._changes
             if first < s_to and s_from < first + length
         )
+
+    def _lane_line(self, s: float | np.ndarray) -> np.ndarray:
+        """Where the lane we keep to lies across the route's line (left +) at route arc lengths ``s``: on
+        the line, but along a long lane change, whose line moves across over the whole lane (189 m at the
+        median on the Leaderboard 2.0 routes, over a kilometre on some), our own lane's centre while the
+        change is held off and the new lane's once we have moved across, in ``_ramp``: straddling two lanes
+        for hundreds of metres leaves an emergency vehicle no lane to pass in, and a car beside no room."""
+        s = np.asarray(s, dtype=float)
+        if self._merge_hold is not None:
+            return _in_own_lane(0.0, *self._merge_hold, s)
+        if self._moved is None:
+            return np.zeros_like(s)
+        first, length, side = self._moved
+        return side * (1.0 - smoothstep((s - first) / length))
 
     def act(self, observation: dict[str, Any] | None = None) -> AgentOutput:
         return self.plan(self.world)
@@ -471,10 +486,10 @@ class Expert(BaseAgent):
         elif self.maneuver is None and abs(st.lateral) > 0.5:  # moving back in: before an oncoming car stopped for us
             to_blocker = self._room_to_pull_back(seen, s_ego, st.lateral, ego_len, ego_w)
             to_blocker = min(to_blocker, self._to_junction(world))  # and before a junction (its paths start in lane)
-        lateral_ahead = partial(self._offset_profile, st.lateral, v=v, limit=to_blocker, back_at=back_at)
+        lateral_ahead = partial(self._offset_profile, s_ego, st.lateral, v=v, limit=to_blocker, back_at=back_at)
         change_gap, change_reason = self._lane_change_point(world, seen, s_ego, v)
-        if self._merge_hold is not None:  # kept in our lane while the route's line moves across
-            lateral_ahead = partial(_in_own_lane, s_ego, *self._merge_hold)
+        if self._merge_hold is not None and self.maneuver is None:  # kept in our lane as the route's line moves
+            lateral_ahead = partial(_in_own_lane, s_ego, *self._merge_hold)  # (a pass keeps to its lane beside)
 
         # longitudinal constraints (gaps are bumper to bumper along the route)
         corridor = ego_w / 2 + self._margin(width, ego_w)
@@ -673,14 +688,22 @@ class Expert(BaseAgent):
         return max(MIN_RAMP_M, RAMP_S * v)
 
     def _offset_profile(
-        self, lateral_now: float, dist: np.ndarray, v: float, limit: float = math.inf, back_at: float = math.inf
+        self,
+        s_ego: float,
+        lateral_now: float,
+        dist: np.ndarray,
+        v: float,
+        limit: float = math.inf,
+        back_at: float = math.inf,
     ) -> np.ndarray:
         """The planned lateral offset ``dist`` metres ahead: a smooth (cosine) move from the current
-        offset to the target over ``_ramp``, never over more than ``limit`` metres (the gap to the car
-        being passed), and from ``back_at`` on (a nudge's far end) the same move back into lane."""
+        offset to the target (a manoeuvre's offset, else our lane's: ``_lane_line``) over ``_ramp``, never
+        over more than ``limit`` metres (the gap to the car being passed), and from ``back_at`` on (a
+        nudge's far end) the same move back into lane."""
         ramp = min(self._ramp(v), max(limit - 0.5, 2.5))
         u = np.clip(dist / ramp, 0.0, 1.0)
-        out = lateral_now + (self.offset - lateral_now) * (0.5 - 0.5 * np.cos(np.pi * u))
+        target = self.offset if self.maneuver is not None else self._lane_line(s_ego + np.asarray(dist))
+        out = lateral_now + (target - lateral_now) * (0.5 - 0.5 * np.cos(np.pi * u))
         if math.isfinite(back_at):
             back = np.clip((dist - max(back_at, 0.0)) / self._ramp(max(v, RAMP_MIN_SPEED)), 0.0, 1.0)
             out = out * (0.5 + 0.5 * np.cos(np.pi * back))
@@ -697,13 +720,21 @@ class Expert(BaseAgent):
         self.approach = None
         nb = self._neighbours(world)
         corridor = ego_w / 2 + self._margin(width, ego_w)
-        in_lane = [o for o in seen if o.kind != PEDESTRIAN and o.s > s_ego and abs(o.lat) < corridor + o.width / 2]
+        in_lane = [
+            o
+            for o in seen
+            if o.kind != PEDESTRIAN and o.s > s_ego and abs(o.lat - self._lane_line(o.s)) < corridor + o.width / 2
+        ]
         blocker = min(in_lane, key=lambda o: o.s, default=None)
         desired = world.ego_speed_limit()
+        home, since = float(self._lane_line(s_ego)), self._last_s
+        self._last_s = s_ego
         if self.maneuver is not None:
+            # the lane we are out in moves across the route's line as ours does (along a long lane change)
+            self.offset += home - float(self._lane_line(since))
             if not self.maneuver.startswith("nudge"):  # in a lane beside: keep to its centre as it moves in
                 centre = self._centre_near(world, nb, self.offset, width)  # (not away: a lane that splits off)
-                self.offset = centre if abs(centre) < abs(self.offset) else self.offset
+                self.offset = centre if abs(centre - home) < abs(self.offset - home) else self.offset
             b = next((o for o in seen if o.id == self.blocker), None)
             own_clear = self._own_lane_clear(seen, s_ego, v, ego_len, corridor)
             if self.maneuver.startswith("make_way"):  # back once the emergency vehicle is by (or gone)
@@ -753,17 +784,22 @@ class Expert(BaseAgent):
             return
         # a free lane our way beside: on the left, or on the side the obstacle leaves free (an accident
         # pushed to the left of a highway's left lane is passed on the right)
+        home = float(self._lane_line(s_ego))  # (our lane's centre: off the line along a long lane change)
         besides = self._lanes_beside(world, nb, width)
-        besides.sort(key=lambda side: (side * blocker.lat > 0.25, side < 0))
+        besides.sort(key=lambda side: ((side - home) * (blocker.lat - home) > 0.25, side < home))
         beside = next(
-            (b for b in besides if abs(b) > 1.0 and self._lane_free(seen, s_ego, v, ego_len, width, b, gap + 30.0)),
+            (
+                b
+                for b in besides
+                if abs(b - home) > 1.0 and self._lane_free(seen, s_ego, v, ego_len, width, b, gap + 30.0)
+            ),
             None,
         )
         if beside is not None:
             room = self._obstacle_end(seen, blocker) - s_ego + ego_len + self._ramp(max(v, RAMP_MIN_SPEED)) + 10.0
             if gap > 45.0 or self._to_junction(world) < room:
                 return  # (not yet; or a queue at a junction, or no room to be back in lane before it)
-            side = "left" if beside > 0 else "right"
+            side = "left" if beside > home else "right"
             self.maneuver, self.blocker, self.offset = f"overtake_{side}", blocker.id, beside
             reasons.append(
                 f"{'Parked car' if blocker.static else 'Slow vehicle'} ahead at {gap:.0f} m in my lane; "
@@ -804,16 +840,17 @@ class Expert(BaseAgent):
                 for o in seen
                 if o.index in rows
                 and s_ego - max(EMERGENCY_LOOK_BACK_M, EMERGENCY_LOOK_BACK_S * (o.v_along - v)) < o.s < s_ego
-                and abs(o.lat) < corridor + o.width / 2
+                and abs(o.lat - self._lane_line(o.s)) < corridor + o.width / 2
             ),
             None,
         )
         if ev is None:
             return False
         ego_len = float(world.compiled.actors.length[0])
-        for beside in sorted(self._lanes_beside(world, nb, width), key=lambda side: side < 0):
-            if abs(beside) > 1.0 and self._lane_open(seen, s_ego, v, ego_len, width, beside, 30.0):
-                side = "left" if beside > 0 else "right"
+        home = float(self._lane_line(s_ego))  # (our lane's centre: off the line along a long lane change)
+        for beside in sorted(self._lanes_beside(world, nb, width), key=lambda side: side < home):
+            if abs(beside - home) > 1.0 and self._lane_open(seen, s_ego, v, ego_len, width, beside, 30.0):
+                side = "left" if beside > home else "right"
                 self.maneuver, self.blocker, self.offset = f"make_way_{side}", ev.id, beside
                 reasons.append(
                     f"An emergency vehicle is coming up behind me; the {side} lane is free, so change lanes to "
@@ -835,12 +872,11 @@ class Expert(BaseAgent):
             for o in seen
         )
 
-    @staticmethod
-    def _own_lane_clear(seen, s_ego: float, v: float, ego_len: float, corridor: float) -> bool:
-        """Whether our own lane is free to move back into from beside it: nothing in it from 4 m behind our
-        centre to 25 m ahead, nor coming up behind us."""
+    def _own_lane_clear(self, seen, s_ego: float, v: float, ego_len: float, corridor: float) -> bool:
+        """Whether our own lane (``_lane_line``) is free to move back into from beside it: nothing in it from
+        4 m behind our centre to 25 m ahead, nor coming up behind us."""
         return not any(
-            abs(o.lat) < corridor + o.width / 2
+            abs(o.lat - self._lane_line(o.s)) < corridor + o.width / 2
             and (s_ego - 4 < o.s < s_ego + 25 or _comes_up_behind(o, s_ego, v, ego_len))
             for o in seen
             if o.kind != PEDESTRIAN
@@ -1054,7 +1090,7 @@ class Expert(BaseAgent):
         lane before the new one; both lanes start where the move does). A short move is decided before
         it starts (before the junction it follows); along a long one (an acceleration lane) we keep to
         our lane, a little slower than the car in the way, up to near its end (``_merge_hold``), and
-        move across in ``_ramp`` once the gap is there."""
+        move across into the new lane in ``_ramp`` once the gap is there (``_lane_line``)."""
         c = world.compiled
         lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
         front = s_ego + c.actors.length[0] / 2
@@ -1065,7 +1101,7 @@ class Expert(BaseAgent):
             commit = _lane_change_commit(here.length, abs(side), here.width / 2 - ego_w / 2)
             long = commit >= MIN_RAMP_M and here.length > HOLD_END_M + 2.0 * MIN_RAMP_M
             start = first + here.length - HOLD_END_M if long else first + commit  # where it waits, at the latest
-            if start > front - 4.0 and self._merged != first:
+            if start > front - 4.0 and (self._moved is None or self._moved[0] != first):
                 break
         else:
             return math.inf, None
@@ -1087,19 +1123,30 @@ class Expert(BaseAgent):
         # that can brake for it once it is in that vehicle's lane (as at a junction)
         asserting = held and world.state.t - self._held_change[1] >= ASSERT_AFTER_S
         flow_rows = {int(r) for f in c.flows for r in f.rows} if asserting else set()
+        emergency = {w.emergency_vehicle for w in c.windows if w.emergency_vehicle >= 0}
         for o in seen:
-            if o.kind == PEDESTRIAN or o.static or abs(o.lat - side_now) > there.width / 2 + 0.5:
+            if o.kind == PEDESTRIAN or o.static:
+                continue
+            # in that lane, or (along a long change, moved across in ``RAMP_S``) coming into it meanwhile: a
+            # car turning into the road behind us
+            then = o.lat + o.v_lat * RAMP_S if long else o.lat
+            if min(abs(o.lat - side_now), abs(then - side_now)) > there.width / 2 + 0.5 and (
+                (o.lat - side_now) * (then - side_now) > 0.0
+            ):
                 continue
             pulling_away = o.v_along > v + 1.0
             if o.s - o.length / 2 > s_ego + ego_len / 2 + (1.0 if pulling_away else 5.0):
                 continue  # ahead of us in that lane: a leader once we are in it
             behind = _behind_gap(o, s_ego, ego_len)
-            if behind > LANE_CHANGE_BEHIND_M or (behind > 0.0 and o.speed < 0.5):
-                continue  # (far back: waiting for a stream would leave us standing; standing behind: waits for us)
+            if (behind > LANE_CHANGE_BEHIND_M and not long) or (behind > 0.0 and o.speed < 0.5):
+                # (far back: waiting for a stream would leave us standing, where a long change waits driving on
+                # in its lane; standing behind: waits for us)
+                continue
             closing = _closing(o, v)
             if o.index in flow_rows and behind > _braking_room(closing, 0.5):
                 continue
-            if behind < 6.0 + 3.0 * closing:  # beside us, or closing in within 3 s and 6 m
+            # beside us, or closing in within 3 s and 6 m; an emergency vehicle coming up, however far back
+            if behind < 6.0 + 3.0 * closing or (o.index in emergency and o.s < s_ego):
                 if v < 0.5 and not held:
                     self._held_change = (start, world.state.t)
                 if long:
@@ -1109,7 +1156,7 @@ class Expert(BaseAgent):
                     self._merge_speed = max(o.v_along - MERGE_SLOWER, 0.0)
                 return max(start - front - 1.0, 0.0), f"lane_change:{o.id}"
         if long and front > first:
-            self._merged = first  # free: across now, and not called off (the move takes ``_ramp``)
+            self._moved = (first, here.length, side)  # free: across now, and not called off (in ``_ramp``)
         return math.inf, None
 
     @staticmethod

@@ -373,6 +373,33 @@ def test_changing_lanes_the_expert_falls_in_behind_a_slow_car_where_it_would_cat
     assert _events(world) == ["route_complete"]
 
 
+@pytest.mark.parametrize("back, speed", [(35.0, 26.0), (45.0, 26.0), (45.0, 30.0), (55.0, 30.0)])
+def test_along_a_long_lane_change_the_expert_lets_a_fast_car_some_way_back_go_by_first(back, speed):
+    """The route changes lanes along an 800 m lane; in the lane it changes into a car comes up ``back``
+    metres behind at ``speed`` (the ego at 14 m/s). The expert moves across in a few seconds, not over the
+    whole lane, so it lets such a car by first, however far back (waiting costs nothing: it drives on in
+    its own lane); counting only cars within 30 m, as where a change must be made before a junction, it
+    moved across in front of these four and they braked at 7-9 m/s^2."""
+    from scenarios.families import build_family_map, idm_actor, make_scenario
+
+    params = {"lanes": 2, "length": 800.0, "speed_limit": 22.2, "density": 0.0}
+    road = make_scenario("straight", params, 0, "fast")
+    lane = build_family_map("straight", params).lanes[road.ego.lane]
+    other = lane.left or lane.right
+    route = [road.ego.lane, other]
+    ego = road.ego.model_copy(update={"s": 200.0, "speed": 14.0, "route": route, "goal_distance": 550.0})
+    car = idm_actor("fast", other, 200.0 - back, speed, [other], speed)
+    data = road.model_dump(mode="json") | {"ego": ego.model_dump(mode="json"), "actors": [car], "duration_s": 40.0}
+    world, decisions = _drive(Scenario.model_validate(data), 60)
+    j = list(world.compiled.actors.ids).index("fast")
+    hardest, before = 0.0, speed
+    for _ in decisions:
+        if not world.state.active[j]:
+            break
+        hardest, before = max(hardest, (before - float(world.state.speed[j])) / 0.5), float(world.state.speed[j])
+    assert "collision" not in _events(world) and hardest < 3.0
+
+
 def _on_built_map(tmp_path, builder, scenario: dict) -> Scenario:
     """``scenario`` on the map ``builder`` (a ``MapBuilder``) builds, written as a JSON road map."""
     import json

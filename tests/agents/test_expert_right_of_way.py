@@ -273,3 +273,63 @@ def test_once_it_has_set_off_into_a_junction_only_a_vehicle_that_would_hit_it_st
     monkeypatch.setattr(expert_module, "COMMITTED_MARGIN_M", expert_module.CROSS_MARGIN_M)
     stops, done = stops_after_setting_off()
     assert stops >= 3, stops
+
+
+def _emergency_vehicle_along_a_lane_change(
+    ego_s: float, ev_speed: float, ev_back: float, length: float = 800.0
+) -> Scenario:
+    """Two lanes our way at 22.2 m/s; the route changes into the other lane along a ``length`` m lane, so
+    its line moves across over all of it, and an emergency vehicle comes up ``ev_back`` metres behind the ego
+    in the lane the route changes into (as the Leaderboard's vehicle follows the route's lanes)."""
+    from scenarios.families import build_family_map, make_scenario
+
+    params = {"lanes": 2, "length": length, "speed_limit": 22.2, "density": 0.0}
+    road = make_scenario("straight", params, 0, "ev")
+    lane = build_family_map("straight", params).lanes[road.ego.lane]
+    other = lane.left or lane.right
+    route = [road.ego.lane, other]
+    goal = length - 20.0 - ego_s
+    ego = road.ego.model_copy(update={"s": ego_s, "speed": 14.0, "route": route, "goal_distance": goal})
+    behaviour = {"type": "idm", "desired_speed": ev_speed + 4.0, "reacts_to_signals": False, "time_headway": 0.8}
+    ev = {"id": "ev", "lane": other, "s": ego_s - ev_back, "speed": ev_speed, "length": 5.5, "width": 2.1}
+    window = {"name": "EV_1", "type": "YieldToEmergencyVehicle", "start": ego_s, "duration_s": 10.0}
+    data = road.model_dump(mode="json") | {
+        "ego": ego.model_dump(mode="json"),
+        "actors": [ev | {"behaviour": behaviour, "path": [other]}],
+        "windows": [window | {"actors": ["ev"], "emergency_vehicle": "ev"}],
+        "duration_s": 40.0,
+    }
+    return Scenario.model_validate(data)
+
+
+@pytest.mark.parametrize("ego_s, ev_speed", [(250.0, 25.0), (250.0, 30.0), (350.0, 25.0), (350.0, 30.0)])
+def test_along_a_long_lane_change_the_expert_is_in_one_lane_and_makes_way_from_it(ego_s, ev_speed):
+    """Where a route changes lanes along a long lane (hundreds of metres on a highway: routes 15 / 45 / 75
+    with a 1.1 km one), the expert moves across in a few seconds and drives in the new lane, so that an
+    emergency vehicle coming up in it has the other lane to go by in. The previous expert followed the
+    line across the whole lane, half in each, and the vehicle, 60 m back, was held up behind it in these
+    four (of 16 in a scan: the ego 150-450 m along the lane, the vehicle 30 or 60 m back; the new expert
+    lets it by in all 16). It keeps out of the vehicle's lane, a lane's width from it, as the line moves
+    (it does not move into that lane in front of it, and the lane it makes way in moves across the line
+    with its own: 2.5-2.8 m from it otherwise)."""
+    env = gym.make(
+        "LoopDrive-v0",
+        scenario=_emergency_vehicle_along_a_lane_change(ego_s, ev_speed, 60.0),
+        observations=("state",),
+        terminate_on_collision=False,
+    )
+    env.reset(seed=0)
+    world = env.unwrapped.world
+    expert = Expert()
+    expert.reset({"world": world})
+    st, ev = world.state, list(world.compiled.actors.ids).index("ev")
+    closest = math.inf
+    for _ in range(60):
+        _, _, terminated, truncated, _ = env.step(expert.act(None).trajectory)
+        if st.active[ev]:
+            closest = min(closest, math.hypot(st.x[ev] - st.x[0], st.y[ev] - st.y[0]))
+        if terminated or truncated:
+            break
+    events = [e.kind.value for e in world.log]
+    assert "yield_emergency_vehicle" not in events and "collision" not in events
+    assert closest > 3.2
