@@ -697,13 +697,18 @@ class Expert(BaseAgent):
         back_at: float = math.inf,
     ) -> np.ndarray:
         """The planned lateral offset ``dist`` metres ahead: a smooth (cosine) move from the current
-        offset to the target (a manoeuvre's offset, else our lane's: ``_lane_line``) over ``_ramp``, never
+        offset to the target (a manoeuvre's offset, else our lane's: ``_lane_line``, which moves across the
+        line along a long lane change: the move is laid out about it, not started level) over ``_ramp``, never
         over more than ``limit`` metres (the gap to the car being passed), and from ``back_at`` on (a
         nudge's far end) the same move back into lane."""
         ramp = min(self._ramp(v), max(limit - 0.5, 2.5))
         u = np.clip(dist / ramp, 0.0, 1.0)
-        target = self.offset if self.maneuver is not None else self._lane_line(s_ego + np.asarray(dist))
-        out = lateral_now + (target - lateral_now) * (0.5 - 0.5 * np.cos(np.pi * u))
+        if self.maneuver is not None:
+            target = drift = self.offset
+        else:  # our lane, which moves across the line along a long lane change: the move rides on it
+            target, drift = self._lane_line(s_ego + np.asarray(dist)), self._lane_line(s_ego)
+        w = 0.5 - 0.5 * np.cos(np.pi * u)
+        out = lateral_now + (target - lateral_now) * w + (target - drift) * (1.0 - w)
         if math.isfinite(back_at):
             back = np.clip((dist - max(back_at, 0.0)) / self._ramp(max(v, RAMP_MIN_SPEED)), 0.0, 1.0)
             out = out * (0.5 + 0.5 * np.cos(np.pi * back))

@@ -400,6 +400,35 @@ def test_along_a_long_lane_change_the_expert_lets_a_fast_car_some_way_back_go_by
     assert "collision" not in _events(world) and hardest < 3.0
 
 
+@pytest.mark.parametrize("length, speed", [(200.0, 20.0), (300.0, 16.0), (400.0, 12.0)])
+def test_moving_two_lanes_over_along_a_short_lane_the_expert_does_not_overshoot_its_new_lane(length, speed):
+    """The route changes two lanes over along a ``length`` m lane (Leaderboard 1.0's Town06 routes 40 / 43 /
+    47), so the new lane moves across the route's line at up to 1 m/s; a car drives in the lane beyond. The
+    move rides on the moving lane and never passes its centre; laid out as a fixed target's, it started
+    level each decision, lagged the lane and swung 1.4-1.7 m past its centre towards that car (a collision
+    on all three Town06 routes)."""
+    from scenarios.families import idm_actor, make_scenario
+
+    params = {"lanes": 4, "length": length, "speed_limit": 22.2, "density": 0.0}
+    road = make_scenario("straight", params, 0, "two")
+    route, goal = ["r_f0", "r_f2"], length - 40.0
+    ego = road.ego.model_copy(update={"lane": "r_f0", "s": 20.0, "speed": speed, "route": route, "goal_distance": goal})
+    car = idm_actor("beyond", "r_f3", 20.0, speed, ["r_f3"], speed)
+    data = road.model_dump(mode="json") | {"ego": ego.model_dump(mode="json"), "actors": [car], "duration_s": 40.0}
+    env = gym.make("LoopDrive-v0", scenario=Scenario.model_validate(data), observations=("state",))
+    env.reset(seed=0)
+    world, expert, past = env.unwrapped.world, Expert(), 0.0
+    expert.reset({"world": world})
+    for _ in range(60):
+        _, _, terminated, truncated, _ = env.step(expert.act(None).trajectory)
+        if expert._moved is not None:  # how far past its lane's centre, away from where it came from
+            side = math.copysign(1.0, expert._moved[2])
+            past = max(past, side * (world.state.lateral - float(expert._lane_line(world.state.route_s))))
+        if terminated or truncated:
+            break
+    assert "collision" not in _events(world) and past < 0.5
+
+
 def _on_built_map(tmp_path, builder, scenario: dict) -> Scenario:
     """``scenario`` on the map ``builder`` (a ``MapBuilder``) builds, written as a JSON road map."""
     import json
