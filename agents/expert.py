@@ -299,6 +299,7 @@ class Expert(BaseAgent):
         self._moved: tuple[float, float, float] | None = None  # (start, length, side) of the long change it made
         self._last_s = -math.inf  # route arc length at its last decision
         c = self.world.compiled
+        self._emergency_rows = {w.emergency_vehicle for w in c.windows if w.emergency_vehicle >= 0}
         lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
         self._route_lanes = {int(x) for x in lanes if x >= 0}
         # the route's lanes that its lane before runs on into (a successor link: where two lanes join; not
@@ -732,6 +733,7 @@ class Expert(BaseAgent):
         ]
         blocker = min(in_lane, key=lambda o: o.s, default=None)
         desired = world.ego_speed_limit()
+        # our lane's centre (off the route's line along a long lane change), and where we were last decision
         home, since = float(self._lane_line(s_ego)), self._last_s
         self._last_s = s_ego
         if self.maneuver is not None:
@@ -779,7 +781,7 @@ class Expert(BaseAgent):
             return
         if nb["junction"] is not None or self._front_in_junction(world):
             return
-        if self._make_way(world, seen, s_ego, width, corridor, nb, reasons) or blocker is None:
+        if self._make_way(world, seen, s_ego, width, corridor, nb, home, reasons) or blocker is None:
             return
         gap = blocker.s - s_ego - (ego_len + blocker.length) / 2
         # (not one crossing our lane, a bicycle at a junction say: it is in the way only for now)
@@ -789,7 +791,6 @@ class Expert(BaseAgent):
             return
         # a free lane our way beside: on the left, or on the side the obstacle leaves free (an accident
         # pushed to the left of a highway's left lane is passed on the right)
-        home = float(self._lane_line(s_ego))  # (our lane's centre: off the line along a long lane change)
         besides = self._lanes_beside(world, nb, width)
         besides.sort(key=lambda side: ((side - home) * (blocker.lat - home) > 0.25, side < home))
         beside = next(
@@ -832,18 +833,17 @@ class Expert(BaseAgent):
                     f"and pass it on the {side}."
                 )
 
-    def _make_way(self, world, seen, s_ego, width, corridor, nb, reasons) -> bool:
+    def _make_way(self, world, seen, s_ego, width, corridor, nb, home, reasons) -> bool:
         """An emergency vehicle coming up behind us in our lane: move over to a same-direction lane beside
         that is open now (``_lane_open``: not the wider berth an overtake keeps) and let it by (the
         Leaderboard's YieldToEmergencyVehicle), early enough that it is past within its 10 s from 50 m
         behind (15 m/s faster, it comes from 120 m behind in 8 s)."""
-        rows = {w.emergency_vehicle for w in world.compiled.windows if w.emergency_vehicle >= 0}
         v = float(world.state.speed[0])
         ev = next(
             (
                 o
                 for o in seen
-                if o.index in rows
+                if o.index in self._emergency_rows
                 and s_ego - max(EMERGENCY_LOOK_BACK_M, EMERGENCY_LOOK_BACK_S * (o.v_along - v)) < o.s < s_ego
                 and abs(o.lat - self._lane_line(o.s)) < corridor + o.width / 2
             ),
@@ -852,7 +852,6 @@ class Expert(BaseAgent):
         if ev is None:
             return False
         ego_len = float(world.compiled.actors.length[0])
-        home = float(self._lane_line(s_ego))  # (our lane's centre: off the line along a long lane change)
         for beside in sorted(self._lanes_beside(world, nb, width), key=lambda side: side < home):
             if abs(beside - home) > 1.0 and self._lane_open(seen, s_ego, v, ego_len, width, beside, 30.0):
                 side = "left" if beside > home else "right"
@@ -1128,7 +1127,6 @@ class Expert(BaseAgent):
         # that can brake for it once it is in that vehicle's lane (as at a junction)
         asserting = held and world.state.t - self._held_change[1] >= ASSERT_AFTER_S
         flow_rows = {int(r) for f in c.flows for r in f.rows} if asserting else set()
-        emergency = {w.emergency_vehicle for w in c.windows if w.emergency_vehicle >= 0}
         for o in seen:
             if o.kind == PEDESTRIAN or o.static:
                 continue
@@ -1151,7 +1149,7 @@ class Expert(BaseAgent):
             if o.index in flow_rows and behind > _braking_room(closing, 0.5):
                 continue
             # beside us, or closing in within 3 s and 6 m; an emergency vehicle coming up, however far back
-            if behind < 6.0 + 3.0 * closing or (o.index in emergency and o.s < s_ego):
+            if behind < 6.0 + 3.0 * closing or (o.index in self._emergency_rows and o.s < s_ego):
                 if v < 0.5 and not held:
                     self._held_change = (start, world.state.t)
                 if long:
