@@ -307,7 +307,7 @@ def route_scenario(
     goal = plan.goal_s - start
     if goal < 10.0:
         raise ValueError(f"route {route.id}: its keypoints span only {goal:.1f} m of road")
-    elements = [(sc.name, sc.type, sc.params, s) for sc, s in plan.scenarios]
+    elements = [(sc.name, sc.type, sc.params, s, (sc.trigger.x, sc.trigger.y)) for sc, s in plan.scenarios]
     played = play(plan.lanes, road_map, elements, f"route {route.id}")
     if strict and played.unsupported:
         raise ValueError(f"route {route.id}: scenario types not supported (--strict): {', '.join(played.unsupported)}")

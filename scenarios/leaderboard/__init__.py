@@ -24,47 +24,40 @@ NOT_PLAYED = {
 # Bench2Drive's ability groups of the Leaderboard types (the Bench2Drive paper's grouping)
 GROUPS = ("Merging", "Overtaking", "Emergency Brake", "Give Way", "Traffic Sign")
 # scenario_runner's ScenarioTimeout: seconds from the trigger for the types that can hold the ego up
-# (obstacles to pass, flows to cross or join, a blocked exit); the quick events (cut-ins, crossings,
-# hard brakes) have none
-TIMEOUTS = {
-    **dict.fromkeys(
-        (
-            "Accident",
-            "AccidentTwoWays",
-            "ConstructionObstacle",
-            "ConstructionObstacleTwoWays",
-            "ParkedObstacle",
-            "ParkedObstacleTwoWays",
-            "HazardAtSideLane",
-            "HazardAtSideLaneTwoWays",
-            "VehicleOpensDoorTwoWays",
-            "InvadingTurn",
-            "BlockedIntersection",
-            "EnterActorFlow",
-            "EnterActorFlowV2",
-            "InterurbanActorFlow",
-            "InterurbanAdvancedActorFlow",
-            "HighwayExit",
-            "MergerIntoSlowTraffic",
-            "MergerIntoSlowTrafficV2",
-            "CrossingBicycleFlow",
-            "T_Junction",  # (Bench2Drive's)
-            "SequentialLaneChange",
-            "SignalizedJunctionLeftTurnEnterFlow",
-            "NonSignalizedJunctionLeftTurnEnterFlow",
-        ),
-        240.0,
+# (obstacles to pass, flows to cross or join, a blocked exit), 240 for each (its JunctionLeftTurn and
+# JunctionRightTurn too); the quick events (cut-ins, crossings, hard brakes) have none
+TIMEOUTS = dict.fromkeys(
+    (
+        "Accident",
+        "AccidentTwoWays",
+        "ConstructionObstacle",
+        "ConstructionObstacleTwoWays",
+        "ParkedObstacle",
+        "ParkedObstacleTwoWays",
+        "HazardAtSideLane",
+        "HazardAtSideLaneTwoWays",
+        "VehicleOpensDoorTwoWays",
+        "InvadingTurn",
+        "BlockedIntersection",
+        "EnterActorFlow",
+        "EnterActorFlowV2",
+        "InterurbanActorFlow",
+        "InterurbanAdvancedActorFlow",
+        "HighwayExit",
+        "MergerIntoSlowTraffic",
+        "MergerIntoSlowTrafficV2",
+        "CrossingBicycleFlow",
+        "SignalizedJunctionLeftTurn",
+        "SignalizedJunctionRightTurn",
+        "NonSignalizedJunctionLeftTurn",
+        "NonSignalizedJunctionRightTurn",
+        "T_Junction",  # (Bench2Drive's)
+        "SequentialLaneChange",
+        "SignalizedJunctionLeftTurnEnterFlow",
+        "NonSignalizedJunctionLeftTurnEnterFlow",
     ),
-    **dict.fromkeys(
-        (
-            "SignalizedJunctionLeftTurn",
-            "SignalizedJunctionRightTurn",
-            "NonSignalizedJunctionLeftTurn",
-            "NonSignalizedJunctionRightTurn",
-        ),
-        180.0,
-    ),
-}
+    240.0,
+)
 EMERGENCY_IDLE_S = 10.0  # from when the emergency vehicle is within 50 m of the ego, then the test: is it past?
 
 
@@ -78,19 +71,19 @@ class PlayedRoute:
     unsupported: list[str] = field(default_factory=list)  # types with no builder (sorted, unique)
 
 
-def play(lanes: list[str], road_map: RoadMap, scenarios: list[tuple[str, str, dict, float]], where: str) -> PlayedRoute:
-    """Build each ``(name, type, params, trigger arc length)`` on the route's lanes. An element whose
-    parameters make no sense raises ``BadParameter`` naming ``where``, the element and the parameter;
-    one that does not fit the road is skipped with its reason."""
+def play(lanes: list[str], road_map: RoadMap, scenarios: list[tuple], where: str) -> PlayedRoute:
+    """Build each ``(name, type, params, trigger arc length[, trigger point (x, y)])`` on the route's
+    lanes. An element whose parameters make no sense raises ``BadParameter`` naming ``where``, the
+    element and the parameter; one that does not fit the road is skipped with its reason."""
     route = RouteFrame(road_map, lanes)
     out = PlayedRoute()
     unknown: set[str] = set()
-    for k, (name, kind, params, s) in enumerate(scenarios):
+    for k, (name, kind, params, s, *at) in enumerate(scenarios):
         spec = TYPES.get(kind)
         if spec is None:
             unknown.add(kind)
             continue
-        placed = Placed(name, kind, params, s, f"sc{k}")
+        placed = Placed(name, kind, params, s, f"sc{k}", tuple(at[0]) if at else None)
         try:
             part = spec.build(route, placed)
         except BadParameter as e:

@@ -79,6 +79,7 @@ class Placed:
     params: dict[str, Any]
     s: float  # route arc length of the trigger point
     prefix: str
+    at: tuple[float, float] | None = None  # the trigger point (x, y), where the route file gives it
 
     def value(self, key: str, default: float, lo: float = 0.0, hi: float = 1e4) -> float:
         raw = self.params.get(key, default)
@@ -122,6 +123,12 @@ class RouteFrame:
         self.starts = np.asarray(starts, float)
         self.length = float(self.s_line[-1])
         self.right = driver_right(road_map)
+        # where the route changes lanes along a lane: (start, end) arc lengths, its line between the two
+        self.blends = [
+            (float(start), float(start) + road_map.lanes[a].length)
+            for a, b, start in zip(lanes[:-1], lanes[1:], self.starts[1:])
+            if road_map.is_lane_change(a, b)
+        ]
 
     def slot(self, s: float) -> int:
         """Index into ``lanes`` of the lane holding arc length ``s`` (the later of a lane change's pair)."""
@@ -137,6 +144,46 @@ class RouteFrame:
         xy, h = geo.interpolate(self.line, self.s_line, min(max(s, 0.0), self.length))
         h = float(h)
         return float(xy[0] - lateral * math.sin(h)), float(xy[1] + lateral * math.cos(h)), h
+
+    def lane_pose(self, trigger: Placed, s: float, lateral: float = 0.0) -> tuple[float, float, float]:
+        """World (x, y, heading) ``lateral`` metres left of the centre of the lane a scenario's trigger
+        point lies in, walked on along its successors to abreast of arc length ``s``: where
+        scenario_runner puts a scenario's props (the trigger's waypoint, then ``next`` along its lane).
+        The same as ``pose`` but where a lane change lies between the two, whose line runs between two
+        lanes (``RoadMap.lane_sequence``): there the props stand in a lane, not across both."""
+        if not any(a < max(s, trigger.s) and b > min(s, trigger.s) for a, b in self.blends):
+            return self.pose(s, lateral)
+        line = self.road_map.lane_sequence(self._trigger_lanes(trigger, s))[0]
+        s_line = geo.arc_lengths(line)
+        on, _, _ = geo.project(line, s_line, np.array(self.pose(s)[:2]))
+        if not 0.0 < on < s_line[-1]:
+            return self.pose(s, lateral)  # (the trigger's lane ends before: beside the route as it goes on)
+        xy, h = geo.interpolate(line, s_line, on)
+        h = float(h)
+        return float(xy[0] - lateral * math.sin(h)), float(xy[1] + lateral * math.cos(h)), h
+
+    def _trigger_lanes(self, trigger: Placed, s: float) -> list[str]:
+        """The route's lane whose centre the trigger point lies nearest (along a lane change, the nearer
+        of its two: the file's trigger points stand on lane centres, as CARLA's waypoints do, where the
+        route's line runs between two), then its successors (the route's where it takes one) past arc
+        length ``s``."""
+        k = self.slot(trigger.s)
+        candidates = [k - 1, k] if k > 0 and self.road_map.is_lane_change(self.lanes[k - 1], self.lanes[k]) else [k]
+        here = np.array(trigger.at if trigger.at is not None else self.pose(trigger.s)[:2], float)
+        lanes = self.road_map.lanes
+
+        def off_centre(j: int) -> float:
+            lane = lanes[self.lanes[j]]
+            return abs(geo.project(lane.centerline, lane.s, here)[1])
+
+        j = min(candidates, key=off_centre)
+        ids, total = [self.lanes[j]], float(self.starts[j]) + lanes[self.lanes[j]].length
+        route_next = set(self.lanes[j + 1 :])
+        while total < s + 10.0 and lanes[ids[-1]].successors:
+            succ = lanes[ids[-1]].successors
+            ids.append(next((x for x in succ if x in route_next), succ[0]))
+            total += lanes[ids[-1]].length
+        return ids
 
     def side(self, direction: str) -> float:
         """The lateral sign of a scenario's ``direction`` ("right": the kerb side of a driver on this map)."""

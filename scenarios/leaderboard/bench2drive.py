@@ -96,7 +96,7 @@ def _left_turn_enter_flow(route: RouteFrame, sc: Placed, signalized: bool) -> Pl
     speed = sc.value("flow_speed", 20.0, 1.0, 40.0)
     gap = sc.interval("source_dist_interval", (25.0, 50.0))
     lane = sorted(into_mine, key=lambda ln: ln.id)[0]
-    return junction_flow(j, sc, lane, speed, gap, (4.0 * speed, 2.5 * speed + 20.0), signalized)
+    return junction_flow(j, sc, lane, speed, gap, (4.0 * speed, 2.5 * speed), signalized)
 
 
 for _name, _lights in (

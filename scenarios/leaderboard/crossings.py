@@ -21,6 +21,7 @@ from scenarios.leaderboard.base import (
     static_actor,
     stretch,
 )
+from scenarios.leaderboard.junctions import Junction
 from scenarios.maps import Lane
 
 WALKER = {"kind": "pedestrian", "length": 0.5, "width": 0.6, "height": 1.8}
@@ -205,16 +206,21 @@ def nearest_lane(route: RouteFrame, xy: np.ndarray, kinds: tuple[str, ...], with
 @scenario_type(
     "CrossingBicycleFlow",
     "a flow of bicycles (`flow_speed` m/s, `source_dist_interval` m apart) from `start_actor_flow` along "
-    "its lane crosses the ego's path at a junction",
-    "the bicycles follow the lane under `start_actor_flow` (a bike lane where the town has one) for 150 m",
+    "its lane crosses the ego's path at a junction; the junction and the ego's lane into it are cleared of "
+    "background traffic, and at lights the ego's are held green and the others red, until it is through",
+    "the bicycles follow the lane under `start_actor_flow` (a bike lane where the town has one) for 150 m; "
+    "the ego's light is green from the trigger (scenario_runner holds it red for its first 5 s)",
     "Give Way",
 )
 def crossing_bicycle_flow(route: RouteFrame, sc: Placed) -> Played:
     start = sc.location("start_actor_flow")
     lane, s_on = nearest_lane(route, start, ("biking", "driving"))
-    j = route.junction_after(sc.s, within=150.0)
-    leave = (j[1] if j is not None else sc.s + 100.0) + 20.0
-    return Played(
+    try:
+        j = Junction(route, sc, within=150.0)
+    except NotPlaced:
+        j = None
+    leave = (j.exit_s if j is not None else sc.s + 100.0) + 20.0
+    played = Played(
         flows=[
             {
                 "id": sc.id("bicycles"),
@@ -228,3 +234,9 @@ def crossing_bicycle_flow(route: RouteFrame, sc: Placed) -> Played:
             }
         ]
     )
+    if j is not None:  # scenario_runner's HandleJunctionScenario(clear_junction, clear_ego_entry), lights held
+        played.clear_background = [j.room(sc)]
+        mine, _ = j.signals()
+        if mine:
+            played.signal_holds = [j.hold_lights(sc, mine)]
+    return played

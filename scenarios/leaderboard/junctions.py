@@ -15,8 +15,9 @@ from scenarios.maps import Lane
 
 HELD_S = 300.0  # a light held for a scenario: the hold ends first, once the ego is through the junction
 THROUGH_M = 10.0  # metres past the junction's exit at which the ego is through it
-SOURCE_TIME = 5.0  # seconds of flow upstream of the junction (scenario_runner: source 5 x flow speed away)
-SINK_TIME = 3.0  # ... and downstream of it
+# seconds of a turn's flow upstream and downstream of the junction (scenario_runner: the source 4 x flow
+# speed away for a left turn's oncoming flow, 5 x for a right turn's; the sink 2.5 x and 3 x)
+FLOW_REACH_S = {"left": (4.0, 2.5), "right": (5.0, 3.0)}
 
 
 class Junction:
@@ -117,7 +118,8 @@ def _turn_flow(route: RouteFrame, sc: Placed, bearing: float, signalized: bool) 
         raise NotPlaced(f"no straight movement through junction {j.id} from that side")
     speed = sc.value("flow_speed", 10.0, 1.0, 40.0)
     gap = sc.interval("source_dist_interval", (20.0, 50.0))
-    return junction_flow(j, sc, lanes[0], speed, gap, (SOURCE_TIME * speed, SINK_TIME * speed + 20.0), signalized)
+    upstream, downstream = FLOW_REACH_S["left" if bearing > 0 else "right"]
+    return junction_flow(j, sc, lanes[0], speed, gap, (upstream * speed, downstream * speed), signalized)
 
 
 def junction_flow(
@@ -129,17 +131,21 @@ def junction_flow(
     reach: tuple[float, float],
     signalized: bool,
 ) -> Played:
-    """A flow through junction lane ``lane`` from ``reach[0]`` m before it to ``reach[1]`` m after, while
-    the ego is between the trigger and 20 m past the junction; with ``signalized``, the junction's lights
-    held: the ego's and the flow's green, the rest red."""
-    path, s0 = j.path_through(lane, *reach)
+    """A flow through junction lane ``lane`` from ``reach[0]`` m before it to its sink ``reach[1]`` m
+    after it, where its vehicles leave (scenario_runner's ActorFlow source and sink: not on to the end of
+    the lane beyond, where a light may hold them), while the ego is between the trigger and 20 m past the
+    junction; with ``signalized``, the junction's lights held: the ego's and the flow's green, the rest red."""
+    path, s0 = j.path_through(lane, reach[0], reach[1] + 20.0)
     entries = path[: path.index(lane.id)]  # the flow's lanes into the junction
+    lanes = j.route.road_map.lanes
+    sink = sum(lanes[x].length for x in path[: path.index(lane.id) + 1]) + reach[1]
     played = Played(
         flows=[
             {
                 "id": sc.id("flow"),
                 "path": path,
                 "s": round(s0, 2),
+                "end_s": round(sink, 2),
                 "speed": speed,
                 "gap": list(gap),
                 **stretch(sc.s, j.exit_s + 20.0),

@@ -2,7 +2,7 @@
 ConstructionObstacle, ParkedObstacle, HazardAtSideLane) or, in the *TwoWays variants, through the
 oncoming lane between the vehicles of an oncoming flow; and VehicleOpensDoorTwoWays, InvadingTurn.
 
-Placement follows scenario_runner's: the obstacle ``distance`` metres on from the trigger (stopping
+Placement follows scenario_runner's: the obstacle ``distance`` metres on from the trigger along its lane (stopping
 short of a junction), shifted towards ``direction`` by a share of the lane width; the actors appear
 when the ego reaches the trigger and leave 50 m after it has passed the last of them. As the
 Leaderboard's background manager does, background vehicles leave the ego's lane up to 20 m past the
@@ -95,7 +95,7 @@ def _obstacle(
     for k, ds in enumerate(offsets):
         s = min(first + ds, route.length - 1.0)
         lateral = route.side(direction) * share * route.width(s) / 2
-        actor = static_actor(sc.id(f"{kind}{k}"), route.pose(s, lateral), size, "vehicle")
+        actor = static_actor(sc.id(f"{kind}{k}"), route.lane_pose(sc, s, lateral), size, "vehicle")
         played.actors.append(actor | stretch(sc.s, s + END_DISTANCE))
     played.clear_background.append(_room(sc, first + offsets[-1]))
     return played, first, first + offsets[-1]
@@ -160,7 +160,7 @@ def _construction(route: RouteFrame, sc: Placed) -> tuple[Played, float, float]:
     last = first + 12.0
     for ds, lateral, size, what in pieces:
         s = min(max(first + ds, sc.s), route.length - 1.0)
-        actor = static_actor(sc.id(what), route.pose(s, lateral), size)
+        actor = static_actor(sc.id(what), route.lane_pose(sc, s, lateral), size)
         played.actors.append(actor | stretch(sc.s, last + END_DISTANCE))
     played.clear_background.append(_room(sc, last))
     return played, first - 8.0, last
@@ -253,9 +253,9 @@ def vehicle_opens_door(route: RouteFrame, sc: Placed) -> Played:
     car_lateral = side * (half + 0.45)  # the car stands on the lane's edge, half a metre into the lane
     leave = first + END_DISTANCE
     played = Played()
-    car = static_actor(sc.id("car"), route.pose(first, car_lateral), CAR, "vehicle")
+    car = static_actor(sc.id("car"), route.lane_pose(sc, first, car_lateral), CAR, "vehicle")
     door_lateral = car_lateral - side * (CAR[1] / 2 + 0.45)
-    door = static_actor(sc.id("door"), route.pose(first + 0.6, door_lateral), (0.25, 0.9, 1.2), "static")
+    door = static_actor(sc.id("door"), route.lane_pose(sc, first + 0.6, door_lateral), (0.25, 0.9, 1.2), "static")
     played.actors += [
         car | stretch(sc.s, leave),
         door | stretch(max(first - 30.0, sc.s), leave),

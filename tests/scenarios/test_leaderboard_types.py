@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scenarios import geometry as geo
 from scenarios.leaderboard import NOT_PLAYED, TYPES, BadParameter, play
 from scenarios.leaderboard.base import RouteFrame
 from scenarios.opendrive.cache import load_map
@@ -86,6 +87,35 @@ def test_obstacles_stand_where_scenario_runner_puts_them(town01_route):
     assert far.played.actors[0]["position"][:2] == pytest.approx([x, y], abs=1e-3)
 
 
+@pytest.mark.parametrize("trigger, lane_of_trigger", [(100.0, 0), (250.0, 0), (250.0, 1), (330.0, 1), (330.0, 0)])
+@pytest.mark.parametrize("kind", ["ConstructionObstacle", "Accident", "ParkedObstacle"])
+def test_along_a_long_lane_change_obstacles_stand_in_the_trigger_lane_not_across_two(kind, trigger, lane_of_trigger):
+    """Where a route changes lanes along a long lane (hundreds of metres of a Town12 road), its line runs
+    between the two lanes; the file's trigger point stands on one lane's centre (as CARLA's waypoints do),
+    and scenario_runner puts the obstacle on that lane, walked on along it, so it closes that lane and
+    leaves the other free. Placed beside the line, a construction site stood across both lanes and the
+    ego stood behind it for 180 s (Leaderboard 2.0 routes 1 / 17 and their repeats, in both seeds); placed
+    in the lane nearer the line rather than the trigger's, a parked car stood half in the ego's lane
+    (route 12)."""
+    from scenarios.families import build_family_map
+
+    road_map = build_family_map("straight", {"lanes": 2, "length": 600.0, "speed_limit": 13.9, "density": 0.0})
+    first = next(ln for ln in road_map.lanes.values() if ln.left is not None or ln.right is not None)
+    other = road_map.lanes[first.left or first.right]
+    own, away = ((first, other), (other, first))[lane_of_trigger]
+    at = tuple(own.pose_at(trigger)[0])  # (the lanes are straight and start together)
+    params = {"distance": 90.0, "direction": "right"}
+    out = play([first.id, other.id], road_map, [("E_1", kind, params, trigger, at)], "route 0")
+    assert out.types == [kind], out.skipped
+    for actor in out.played.actors:
+        xy = np.array(actor["position"][:2])
+        _, off_own, _ = geo.project(own.centerline, own.s, xy)
+        _, off_away, _ = geo.project(away.centerline, away.s, xy)
+        # in the trigger's lane (the taper's first cone on its edge), clear of the middle of the other lane
+        assert abs(off_own) < own.width / 2 + 0.1, actor["id"]
+        assert abs(off_away) - actor["width"] / 2 > own.width / 2 - 1.0, actor["id"]
+
+
 def test_two_ways_variants_add_an_oncoming_flow_and_junction_types_a_flow_through_the_junction(town01_route):
     road_map, _, plan, frame = town01_route
     out = play(
@@ -109,6 +139,16 @@ def test_two_ways_variants_add_an_oncoming_flow_and_junction_types_a_flow_throug
     # it comes towards the ego's entry: its junction lane starts heading the other way
     start_heading = road_map.lanes[crossing[0]].heading[0]
     assert math.cos(start_heading - road_map.lanes[plan.lanes[k]].heading[0]) < -0.5
+    # from 4 x its speed before the junction (scenario_runner's JunctionLeftTurn; a right turn's: 5 x)
+    before = crossing[0]
+    upstream = sum(road_map.lanes[x].length for x in through["path"][: through["path"].index(before)])
+    assert upstream - through["s"] == pytest.approx(4.0 * 9.0, abs=0.01)
+    # and its vehicles leave at the sink, 2.5 x its speed past the junction (not at the end of the lane
+    # beyond: a light there held the flow, and its queue backed up through the junction)
+    to_exit = upstream + road_map.lanes[crossing[0]].length
+    assert through["end_s"] == pytest.approx(to_exit + 2.5 * 9.0, abs=0.01)
+    length = sum(road_map.lanes[x].length for x in through["path"])
+    assert length >= through["end_s"] + 20.0
 
 
 def test_each_element_is_timed_and_judged_as_scenario_runner_does(town01_route):
@@ -123,7 +163,8 @@ def test_each_element_is_timed_and_judged_as_scenario_runner_does(town01_route):
     windows = {w["name"]: w for w in out.played.windows}
     assert set(windows) == {"P2", "L", "EV"}  # a crossing is a quick event: no time-out
     parked, turn, ev = windows["P2"], windows["L"], windows["EV"]
-    assert parked["timeout_s"] == 240.0 and turn["timeout_s"] == 180.0
+    # scenario_runner's ScenarioTimeout: 240 s for both (its JunctionLeftTurn's too, not 180)
+    assert parked["timeout_s"] == 240.0 and turn["timeout_s"] == 240.0
     assert parked["start"] == 150.0 and parked["end"] == max(
         x["leave_at"] for x in out.played.actors + out.played.flows if x["id"] in parked["actors"]
     )
@@ -291,6 +332,35 @@ def test_flow_types_clear_the_background_traffic_scenario_runner_clears(town01_r
     assert inside <= rooms["EnterActorFlow"] and not (rooms["EnterActorFlow"] - inside) & (ways - {first.id})
     advanced = rooms["InterurbanAdvancedActorFlow"]
     assert inside <= advanced and ways - mine <= advanced and not advanced & (mine - flow_lanes)
+
+
+def test_a_bicycle_flow_clears_the_junction_and_the_ego_entry_and_holds_the_lights(town01_route):
+    """scenario_runner's CrossingBicycleFlow in route mode: HandleJunctionScenario(clear_junction,
+    clear_ego_entry) and, where the junction has lights, the ego's green and the others red until it is
+    through. Without them, a queue of background cars in front of the ego waited at the junction for the
+    bicycles, which never give way, and the ego stood behind it for 180 s (Leaderboard 2.0 routes 13 / 43)."""
+    road_map, _, plan, frame = town01_route
+    lanes = road_map.lanes
+    _, exit_s, k = frame.junction_after(95.0)
+    left_turn = play(plan.lanes, road_map, [("L", "NonSignalizedJunctionLeftTurn", {}, 95.0)], "route 0")
+    (through,) = left_turn.played.flows
+    first = next(lanes[x] for x in through["path"] if lanes[x].junction is None)
+    at = {"start_actor_flow": dict(zip("xy", map(str, first.centerline[len(first.centerline) // 2])))}
+    out = play(plan.lanes, road_map, [("B", "CrossingBicycleFlow", at, 95.0)], "route 0")
+    assert out.types == ["CrossingBicycleFlow"], out.skipped
+    ((room,),) = [out.played.clear_background]
+    inside = {x for x, ln in lanes.items() if ln.junction == lanes[plan.lanes[k]].junction}
+    assert inside <= set(room["lanes"]) and room["ahead_to"] == pytest.approx(exit_s, abs=0.01)  # its lane, through
+    assert room["appear_at"] == 95.0 and room["leave_at"] > exit_s
+    (flow,) = out.played.flows
+    assert flow["leave_at"] == pytest.approx(exit_s + 20.0, abs=0.01)
+    mine = {sid for sid, sig in road_map.signals.items() if {plan.lanes[k - 1], plan.lanes[k]} & set(sig.lanes)}
+    if mine:  # held: the ego's lights green, the junction's others red
+        (hold,) = out.played.signal_holds
+        states = {sid: prog[0]["state"] for sid, prog in hold["signals"].items()}
+        assert {sid for sid, st in states.items() if st == "green"} == mine and "red" in states.values()
+    else:
+        assert not out.played.signal_holds
 
 
 def test_interurban_advanced_actor_flow_plays_its_second_flow_the_other_way(town01_route):
