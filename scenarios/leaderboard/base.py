@@ -141,9 +141,7 @@ class RouteFrame:
 
     def pose(self, s: float, lateral: float = 0.0) -> tuple[float, float, float]:
         """World (x, y, heading) at arc length ``s``, ``lateral`` metres left of the route."""
-        xy, h = geo.interpolate(self.line, self.s_line, min(max(s, 0.0), self.length))
-        h = float(h)
-        return float(xy[0] - lateral * math.sin(h)), float(xy[1] + lateral * math.cos(h)), h
+        return _beside(self.line, self.s_line, min(max(s, 0.0), self.length), lateral)
 
     def lane_pose(self, trigger: Placed, s: float, lateral: float = 0.0) -> tuple[float, float, float]:
         """World (x, y, heading) ``lateral`` metres left of the centre of the lane a scenario's trigger
@@ -158,9 +156,7 @@ class RouteFrame:
         on, _, _ = geo.project(line, s_line, np.array(self.pose(s)[:2]))
         if not 0.0 < on < s_line[-1]:
             return self.pose(s, lateral)  # (the trigger's lane ends before: beside the route as it goes on)
-        xy, h = geo.interpolate(line, s_line, on)
-        h = float(h)
-        return float(xy[0] - lateral * math.sin(h)), float(xy[1] + lateral * math.cos(h)), h
+        return _beside(line, s_line, on, lateral)
 
     def _trigger_lanes(self, trigger: Placed, s: float) -> list[str]:
         """The route's lane whose centre the trigger point lies nearest (along a lane change, the nearer
@@ -250,6 +246,13 @@ class RouteFrame:
     def width(self, s: float) -> float:
         lane, on = self.lane_at(s)
         return float(np.interp(on, lane.s, lane.widths)) if lane.widths is not None else float(lane.width)
+
+
+def _beside(line: np.ndarray, s_line: np.ndarray, s: float, lateral: float) -> tuple[float, float, float]:
+    """World (x, y, heading) ``lateral`` metres left of polyline ``line`` at arc length ``s``."""
+    xy, h = geo.interpolate(line, s_line, s)
+    h = float(h)
+    return float(xy[0] - lateral * math.sin(h)), float(xy[1] + lateral * math.cos(h)), h
 
 
 _RIGHT: dict[int, tuple[RoadMap, float]] = {}

@@ -136,9 +136,9 @@ def junction_flow(
     the lane beyond, where a light may hold them), while the ego is between the trigger and 20 m past the
     junction; with ``signalized``, the junction's lights held: the ego's and the flow's green, the rest red."""
     path, s0 = j.path_through(lane, reach[0], reach[1] + 20.0)
-    entries = path[: path.index(lane.id)]  # the flow's lanes into the junction
-    lanes = j.route.road_map.lanes
-    sink = sum(lanes[x].length for x in path[: path.index(lane.id) + 1]) + reach[1]
+    k = path.index(lane.id)
+    entries = path[:k]  # the flow's lanes into the junction
+    sink = sum(j.route.road_map.lanes[x].length for x in path[: k + 1]) + reach[1]
     played = Played(
         flows=[
             {
