@@ -5,7 +5,8 @@ The schedule is ``[train] steps`` on the expert's data, then ``[dagger] rounds``
 A round starts by checkpointing the policy, publishing it as ``checkpoints/dagger_round_R`` and letting
 it drive (``collect`` with ``target = "expert"`` into ``RUN/dagger/round_R.zarr``, resumable); every
 batch after that takes ``expert_fraction`` of its samples from the expert's data and the rest from
-all rounds so far (DAgger aggregates). The rounds' data and positions are in the checkpoints' state,
+all rounds so far (DAgger aggregates), uniformly or with more weight where the policy's plan and the
+expert's label disagreed (``focus``). The rounds' data and positions are in the checkpoints' state,
 so a killed run resumes where it was, in the middle of a round's collection too.
 """
 
@@ -17,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from training.checkpoints import checkpoint_dir, publish_final
-from training.data import DrivingDataset, collect
-from training.loop import EpochSampler
+from training.data import DatasetError, DrivingDataset, collect
+from training.loop import EpochSampler, WeightedSampler
 from training.recipes import SFTRecipe
 
 
@@ -47,6 +48,17 @@ def round_scenarios(recipe: SFTRecipe, round_: int) -> list[str] | None:
 
 def round_data(run_dir: Path, round_: int) -> Path:
     return Path(run_dir) / "dagger" / f"round_{round_}.zarr"
+
+
+def disagreement(data: DrivingDataset) -> np.ndarray:
+    """Per sample, how wrong the policy was there: the mean distance (m) between its plan's positions
+    and the expert's label's over the 6.4 s."""
+    if "plan" not in data.arrays:
+        raise DatasetError(
+            f"{data.path}: dagger.focus = 'disagreement' needs the policy's plans, and this round's data "
+            "was collected before they were recorded; collect the round again or use focus = 'uniform'"
+        )
+    return np.linalg.norm(data.arrays["plan"][..., :2] - data.arrays["target"][..., :2], axis=-1).mean(axis=-1)
 
 
 def collect_round(
@@ -89,7 +101,14 @@ class MixedBatches:
     def add_round(self, data: DrivingDataset) -> None:
         self.rounds.append(data)
         self._offsets = np.cumsum([0, *(len(d) for d in self.rounds)])
-        self.on_policy = EpochSampler(int(self._offsets[-1]), self.recipe.seed + 1000 * len(self.rounds))
+        self.on_policy = self._on_policy_sampler()
+
+    def _on_policy_sampler(self, **position: int) -> EpochSampler | WeightedSampler:
+        seed = self.recipe.seed + 1000 * len(self.rounds)
+        if self.recipe.dagger.focus == "uniform":
+            return EpochSampler(int(self._offsets[-1]), seed, **position)
+        wrong = np.concatenate([disagreement(d) for d in self.rounds])
+        return WeightedSampler(wrong + wrong.mean(), seed, **position)  # half the draws uniform, half by how wrong
 
     def next(self, batch_size: int) -> tuple[list[dict[str, Any]], list[str], np.ndarray]:
         if self.on_policy is None:
@@ -117,5 +136,4 @@ class MixedBatches:
         for r in range(1, state.get("dagger_rounds", 0) + 1):
             self.add_round(DrivingDataset(round_data(run_dir, r), max_gb=self.recipe.data.max_gb))
         if state.get("dagger_sampler"):
-            n = int(self._offsets[-1])
-            self.on_policy = EpochSampler(n, self.recipe.seed + 1000 * len(self.rounds), **state["dagger_sampler"])
+            self.on_policy = self._on_policy_sampler(**state["dagger_sampler"])

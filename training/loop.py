@@ -40,6 +40,23 @@ class EpochSampler:
         return {"epoch": self.epoch, "position": self.position}
 
 
+class WeightedSampler:
+    """Batches drawn with replacement in proportion to ``weights``, each from its own seeded stream,
+    so the count of batches drawn is the whole state."""
+
+    def __init__(self, weights: np.ndarray, seed: int, draws: int = 0) -> None:
+        w = np.asarray(weights, np.float64)
+        self.p, self.seed, self.draws = w / w.sum(), seed, draws
+
+    def next(self, batch: int) -> np.ndarray:
+        out = seeded_rng(self.seed, self.draws).choice(len(self.p), size=batch, p=self.p)
+        self.draws += 1
+        return out
+
+    def state(self) -> dict[str, int]:
+        return {"draws": self.draws}
+
+
 def learning_rate(step: int, cfg: TrainSection, total: int | None = None) -> float:
     """Linear warm-up, then cosine decay to 10% at ``total`` (default ``cfg.steps``; SFT with DAgger
     rounds decays over all its steps). A function of the step: nothing to checkpoint."""

@@ -102,13 +102,16 @@ class DaggerSection(_Section):
     of the moment drives ``episodes`` scenarios of the data's bank and split (a seeded draw per round),
     the expert labels every ``label_every``-th state it reaches with its own driven future, and
     ``steps`` more steps train on batches that take ``expert_fraction`` of their samples from the
-    expert's data and the rest from every round's data so far."""
+    expert's data and the rest from every round's data so far: each of those samples equally often
+    (``focus = "uniform"``), or half of them in proportion to how far the policy's plan was from the
+    expert's label there (``"disagreement"``: the states where the policy was wrong come back more)."""
 
     rounds: int = Field(0, ge=0)
     episodes: int | None = Field(None, ge=1)  # policy episodes per round (None: the whole split)
     steps: int = Field(500, ge=1)  # training steps per round
     expert_fraction: float = Field(0.5, ge=0, le=1)
     label_every: int = Field(1, ge=1)
+    focus: Literal["uniform", "disagreement"] = "uniform"
 
 
 class EvalSection(_Section):

@@ -11,7 +11,7 @@ import torch
 
 from tests.training.helpers import metrics_of, sft_recipe, weights_of
 from training import dagger
-from training.data import DrivingDataset, card_path
+from training.data import DatasetError, DrivingDataset, card_path
 from training.recipes import RecipeError, load_recipe
 from training.run import main as run_main
 
@@ -61,6 +61,40 @@ def test_batches_mix_the_expert_and_the_rounds_at_the_configured_ratio(dataset, 
     for _ in range(5):
         _, _, target = batches.next(8)
         assert _from(expert, target).tolist() == [True] * 6 + [False] * 2
+
+
+def test_focused_batches_draw_half_their_on_policy_samples_by_how_wrong_the_policy_was(dataset, straight_run, tmp_path):
+    recipe = load_recipe(dagger_recipe(tmp_path, dataset, focus="disagreement"), DAGGER[1::2])
+    rounds = [DrivingDataset(dagger.round_data(straight_run, r)) for r in (1, 2)]
+    batches = dagger.MixedBatches(DrivingDataset(dataset), recipe)
+    for r in rounds:
+        batches.add_round(r)
+    wrong = np.concatenate(
+        [np.linalg.norm(r.arrays["plan"][..., :2] - r.arrays["target"][..., :2], axis=-1).mean(-1) for r in rounds]
+    )
+    assert wrong.std() > 0.1  # the policy was nearer the expert at some states than at others
+    np.testing.assert_allclose(batches.on_policy.p, (wrong + wrong.mean()) / (wrong + wrong.mean()).sum())
+    drawn = np.concatenate([batches.on_policy.next(64) for _ in range(50)])
+    assert wrong[drawn].mean() > wrong.mean() + 0.25 * wrong.std()  # the wrong states come back more often
+    # the draws resume exactly from a checkpoint's state
+    state, expected = batches.state(), [batches.next(8)[2] for _ in range(3)]
+    again = dagger.MixedBatches(DrivingDataset(dataset), recipe)
+    again.restore(state, straight_run)
+    for want in expected:
+        np.testing.assert_array_equal(again.next(8)[2], want)
+
+
+def test_focus_refuses_round_data_without_the_policys_plans(dataset, straight_run, tmp_path):
+    import shutil
+
+    old = tmp_path / "old_round.zarr"
+    shutil.copytree(dagger.round_data(straight_run, 1), old)
+    shutil.rmtree(old / "plan")
+    batches = dagger.MixedBatches(
+        DrivingDataset(dataset), load_recipe(dagger_recipe(tmp_path, dataset, focus="disagreement"), DAGGER[1::2])
+    )
+    with pytest.raises(DatasetError, match=r"old_round\.zarr.*plans"):
+        batches.add_round(DrivingDataset(old))
 
 
 def _from(ds: DrivingDataset, targets: np.ndarray) -> np.ndarray:

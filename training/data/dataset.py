@@ -24,6 +24,9 @@ NUMERIC = {
     "consistency": "float32",
     "perturbed": "bool",
 }
+# The driving agent's own plan at each decision (its trajectory, as ``target``): what DAgger compares
+# with the expert's label. Recorded since 2026-11-27; a dataset collected before has no such array.
+OPTIONAL_NUMERIC = {"plan": "float32"}
 TEXT = ("scenario", "reasoning", "agent_reasoning", "meta_actions", "causes")
 EVERY_CHUNK_STORED = "every_chunk_stored"  # an array attribute: its writer stored all-zero chunks too
 
@@ -90,15 +93,17 @@ class DrivingDataset:
             raise DatasetError(f"{path / 'zarr.json'}: not readable ({type(e).__name__}: {e})") from None
         if g.attrs.get("format") != FORMAT:
             raise DatasetError(f"{path}: not a LoopDrive driving dataset (format {g.attrs.get('format')!r})")
+        self.path = path
         self.n = int(g.attrs.get("n_complete", 0))
         if self.n == 0:
             raise DatasetError(f"{path}: the dataset has no complete samples")
-        for name in (*NUMERIC, *TEXT):
+        numeric = [*NUMERIC, *(k for k in OPTIONAL_NUMERIC if k in g)]
+        for name in (*numeric, *TEXT):
             _check_array(g, path, name, self.n)
-        size = sum(np.dtype(g[k].dtype).itemsize * int(np.prod(g[k].shape[1:])) for k in NUMERIC) * self.n / 1e9
+        size = sum(np.dtype(g[k].dtype).itemsize * int(np.prod(g[k].shape[1:])) for k in numeric) * self.n / 1e9
         if size > max_gb:
             raise DatasetError(f"{path}: {size:.1f} GB does not fit the in-memory loader (max_gb={max_gb})")
-        self.arrays = {k: _read(g, path, k, self.n) for k in NUMERIC}
+        self.arrays = {k: _read(g, path, k, self.n) for k in numeric}
         self.text = {k: [str(x) for x in _read(g, path, k, self.n)] for k in TEXT}
         for name, values in self.arrays.items():
             if values.dtype.kind == "f" and not np.isfinite(values).all():
@@ -135,8 +140,9 @@ def _check_array(g: zarr.Group, path: Path, name: str, n: int) -> None:
         arr = g[name]
     except (ValueError, TypeError, KeyError) as e:
         raise DatasetError(f"{path / name / 'zarr.json'}: not readable ({type(e).__name__}: {e})") from None
-    if name in NUMERIC and arr.dtype != np.dtype(NUMERIC[name]):
-        raise DatasetError(f"{path / name}: dtype {arr.dtype}, expected {NUMERIC[name]}")
+    expected = (NUMERIC | OPTIONAL_NUMERIC).get(name)
+    if expected is not None and arr.dtype != np.dtype(expected):
+        raise DatasetError(f"{path / name}: dtype {arr.dtype}, expected {expected}")
     if arr.shape[0] < n:
         raise DatasetError(f"{path / name}: {arr.shape[0]} samples, but the dataset records {n} complete ones")
     if not arr.attrs.get(EVERY_CHUNK_STORED):  # written before chunks were all stored: none to check

@@ -31,6 +31,7 @@ from training.data.dataset import (
     EVERY_CHUNK_STORED,
     FORMAT,
     NUMERIC,
+    OPTIONAL_NUMERIC,
     TEXT,
     DatasetError,
     card_path,
@@ -90,7 +91,8 @@ class _Writer:
 
     def _ensure(self, sample: dict[str, Any]) -> None:
         mark = {EVERY_CHUNK_STORED: True}  # so a reader can tell a deleted chunk from an all-zero one
-        for name, dtype in NUMERIC.items():
+        fresh = "target" not in self.g  # a dataset resumed from before an optional array stays without it
+        for name, dtype in (NUMERIC | (OPTIONAL_NUMERIC if fresh else {})).items():
             if name not in self.g:
                 shape = np.asarray(sample[name]).shape
                 self.g.create_array(name, shape=(0, *shape), chunks=(self.chunk, *shape), dtype=dtype, attributes=mark)
@@ -114,11 +116,12 @@ class _Writer:
     def _write(self, n: int) -> None:
         rows, self.buffer = self.buffer[:n], self.buffer[n:]
         start = int(self.g.attrs.get("written", 0))
-        for name in (*NUMERIC, *TEXT):
+        numeric = NUMERIC | {k: v for k, v in OPTIONAL_NUMERIC.items() if k in self.g}
+        for name in (*numeric, *TEXT):
             arr = self.g[name]
             arr.resize((start + n, *arr.shape[1:]))
-            if name in NUMERIC:
-                arr[start : start + n] = np.stack([np.asarray(r[name], dtype=NUMERIC[name]) for r in rows])
+            if name in numeric:
+                arr[start : start + n] = np.stack([np.asarray(r[name], dtype=numeric[name]) for r in rows])
             else:
                 arr[start : start + n] = np.array([r[name] for r in rows], dtype=object)
         self.g.attrs["written"] = start + n
@@ -158,7 +161,7 @@ def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None)
         raise DatasetError(f"{out} was collected with other settings; collect into a new path")
     group.attrs.update({"format": FORMAT, "config": settings})
     n_complete = int(group.attrs.get("n_complete", 0))
-    for name in (*NUMERIC, *TEXT):  # drop samples of episodes that a kill left half-written
+    for name in (*NUMERIC, *OPTIONAL_NUMERIC, *TEXT):  # drop samples of episodes that a kill left half-written
         if name in group and group[name].shape[0] > n_complete:
             group[name].resize((n_complete, *group[name].shape[1:]))
     group.attrs["written"] = n_complete
@@ -282,6 +285,7 @@ def _rollout(
                 "route": o["route"],
                 "command": int(o["command"]),
                 "target": target,
+                "plan": d["plan"],
                 "speed0": speed0,
                 "episode": index,
                 "t": d["k"] * 0.1,

@@ -87,6 +87,11 @@ def test_dagger_collect_keeps_crashed_episodes_and_labels_every_kth_decision(tmp
     env.reset(seed=0, options={"scenario": "curve-000"})
     label = ExpertLabeller("smoke", None, env.decision_every).label(env.snapshot())
     np.testing.assert_array_equal(ds.arrays["target"][curve][0], label.target)
+    # beside the label, the agent's own plan there: what DAgger's focus compares with it
+    cv = load_agent("constant_velocity")
+    obs, _ = env.reset(seed=0, options={"scenario": "curve-000"})
+    cv.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    np.testing.assert_array_equal(ds.arrays["plan"][curve][0], cv.act(obs).trajectory.astype(np.float32))
 
 
 def test_label_every_is_validated():

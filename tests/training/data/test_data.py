@@ -34,26 +34,30 @@ def test_dataset_round_trip_and_card(dataset):
     assert again["samples"] == len(ds)
 
 
-def test_collect_resumes_after_a_kill(dataset, tmp_path, monkeypatch):
+def _collect_killed(path, monkeypatch, at_episode: int) -> None:
+    """Collect into ``path`` as a kill before its ``at_episode``-th episode (1-based) leaves it."""
     from training.data import record as data_mod
 
-    real = data_mod._rollout
-    calls = {"n": 0}
+    real, calls = data_mod._rollout, {"n": 0}
 
-    def dies_on_the_third(*a, **k):
+    def dies(*a, **k):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == at_episode:
             raise KeyboardInterrupt  # as a kill between episodes
         return real(*a, **k)
 
-    path = tmp_path / "resumed.zarr"
-    monkeypatch.setattr(data_mod, "_rollout", dies_on_the_third)
+    monkeypatch.setattr(data_mod, "_rollout", dies)
     with pytest.raises(KeyboardInterrupt):
         collect(collect_settings(), path, progress=False)
     monkeypatch.setattr(data_mod, "_rollout", real)
+
+
+def test_collect_resumes_after_a_kill(dataset, tmp_path, monkeypatch):
+    path = tmp_path / "resumed.zarr"
+    _collect_killed(path, monkeypatch, at_episode=3)
     collect(collect_settings(), path, progress=False)
     a, b = DrivingDataset(dataset), DrivingDataset(path)
-    for k in ("cameras", "target", "ego_history", "episode"):
+    for k in ("cameras", "target", "ego_history", "episode", "plan"):
         np.testing.assert_array_equal(a.arrays[k], b.arrays[k])
     assert a.text["reasoning"] == b.text["reasoning"]
     # the card counts each episode once, and keeps the filter's verdicts of the run that was killed
@@ -61,6 +65,21 @@ def test_collect_resumes_after_a_kill(dataset, tmp_path, monkeypatch):
     assert b.card["labels"]["filter"]["kept"] == len(b) and b.card["labels"]["episodes"] == 3
     with pytest.raises(ValueError, match="other settings"):
         collect(collect_settings(n_frames=2), path, progress=False)
+
+
+def test_a_dataset_from_before_plans_were_recorded_reads_and_resumes_without_them(dataset, tmp_path, monkeypatch):
+    import shutil
+
+    path = tmp_path / "old.zarr"
+    _collect_killed(path, monkeypatch, at_episode=3)
+    assert DrivingDataset(path).n > 0  # the kill left complete samples
+    shutil.rmtree(path / "plan")  # as collected before 2026-11-27
+    collect(collect_settings(), path, progress=False)  # finishing it writes no plan for the later episodes
+    new, old = DrivingDataset(dataset), DrivingDataset(path)
+    assert "plan" in new.arrays and "plan" not in old.arrays and not (path / "plan").exists()
+    assert new.arrays["plan"].shape == new.arrays["target"].shape
+    for k in ("cameras", "target", "episode"):
+        np.testing.assert_array_equal(new.arrays[k], old.arrays[k])
 
 
 def test_collect_the_agents_plan_as_the_target(dataset, tmp_path):
@@ -84,6 +103,7 @@ def test_collect_the_agents_plan_as_the_target(dataset, tmp_path):
     expert = load_agent("expert")
     expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
     np.testing.assert_allclose(plan.arrays["target"][0], expert.act(obs).trajectory, atol=1e-5)
+    np.testing.assert_array_equal(plan.arrays["plan"], plan.arrays["target"])  # the plan, recorded twice
     with pytest.raises(ValueError, match="target"):  # the settings refuse a target there is no data for
         collect_settings(target="imagined")
 
