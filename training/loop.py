@@ -41,11 +41,12 @@ class EpochSampler:
 
 
 class WeightedSampler:
-    """Batches drawn with replacement in proportion to ``weights``, each from its own seeded stream,
-    so the count of batches drawn is the whole state."""
+    """Batches drawn with replacement in proportion to ``weights`` (all zero: uniformly), each from its
+    own seeded stream, so the count of batches drawn is the whole state."""
 
     def __init__(self, weights: np.ndarray, seed: int, draws: int = 0) -> None:
         w = np.asarray(weights, np.float64)
+        w = w if w.sum() > 0 else np.ones_like(w)
         self.p, self.seed, self.draws = w / w.sum(), seed, draws
 
     def next(self, batch: int) -> np.ndarray:

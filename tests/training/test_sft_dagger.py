@@ -84,6 +84,14 @@ def test_focused_batches_draw_half_their_on_policy_samples_by_how_wrong_the_poli
         np.testing.assert_array_equal(again.next(8)[2], want)
 
 
+def test_weighted_draws_follow_their_weights_and_all_zero_weights_draw_uniformly():
+    from training.loop import WeightedSampler
+
+    drawn = np.concatenate([WeightedSampler(np.array([0.0, 1.0, 3.0]), seed=0, draws=k).next(100) for k in range(40)])
+    np.testing.assert_allclose(np.bincount(drawn, minlength=3) / len(drawn), [0, 0.25, 0.75], atol=0.03)
+    np.testing.assert_array_equal(WeightedSampler(np.zeros(4), seed=0).p, np.full(4, 0.25))
+
+
 def test_focus_refuses_round_data_without_the_policys_plans(dataset, straight_run, tmp_path):
     import shutil
 
