@@ -139,10 +139,13 @@ def min_speed(t: Transition) -> float:
 
 
 # --- trajectory quality against the expert ------------------------------------------------------------------
-def ade(plan: np.ndarray, reference: np.ndarray) -> float:
-    """Average displacement error (m) between two [T, >=2] trajectories."""
-    n = min(len(plan), len(reference))
-    return float(np.linalg.norm(np.asarray(plan)[:n, :2] - np.asarray(reference)[:n, :2], axis=1).mean())
+def ade(plan: np.ndarray, reference: np.ndarray) -> float | np.ndarray:
+    """Average displacement error (m) between two [T, >=2] trajectories; over leading batch axes
+    ([..., T, >=2]), one per pair."""
+    plan, reference = np.asarray(plan), np.asarray(reference)
+    n = min(plan.shape[-2], reference.shape[-2])
+    err = np.linalg.norm(plan[..., :n, :2] - reference[..., :n, :2], axis=-1).mean(axis=-1)
+    return float(err) if err.ndim == 0 else err
 
 
 @register("ade_expert", needs_reference=True)

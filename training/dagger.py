@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from rewards.terms import ade
 from training.checkpoints import checkpoint_dir, publish_final
 from training.data import DatasetError, DrivingDataset, collect
 from training.loop import EpochSampler, WeightedSampler
@@ -51,14 +52,14 @@ def round_data(run_dir: Path, round_: int) -> Path:
 
 
 def disagreement(data: DrivingDataset) -> np.ndarray:
-    """Per sample, how wrong the policy was there: the mean distance (m) between its plan's positions
-    and the expert's label's over the 6.4 s."""
+    """Per sample, how wrong the policy was there: its plan's average displacement error (m) against
+    the expert's label over the 6.4 s."""
     if "plan" not in data.arrays:
         raise DatasetError(
             f"{data.path}: dagger.focus = 'disagreement' needs the policy's plans, and this round's data "
             "was collected before they were recorded; collect the round again or use focus = 'uniform'"
         )
-    return np.linalg.norm(data.arrays["plan"][..., :2] - data.arrays["target"][..., :2], axis=-1).mean(axis=-1)
+    return ade(data.arrays["plan"], data.arrays["target"])
 
 
 def collect_round(
