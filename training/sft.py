@@ -44,15 +44,20 @@ def build_model(recipe: SFTRecipe) -> VLA | AlpamayoR1:
     return VLA(recipe.model.model_copy())
 
 
-def action_statistics(dataset: DrivingDataset, limit: int = 4096) -> tuple[tuple[float, float], tuple[float, float]]:
-    """Mean and std of the (accel, curvature) targets, as the flow head will see them."""
+def action_statistics(
+    dataset: DrivingDataset, lateral: action_space.LateralAction = "curvature", limit: int = 4096
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Mean and std of the (accel, lateral) targets, as the flow head will see them (std floored at
+    0.1 m/s^2 and 1% of the lateral bound, so data that never brakes or never turns does not blow its
+    standardisation up)."""
     idx = np.linspace(0, len(dataset) - 1, min(limit, len(dataset))).astype(int)
     hist = torch.from_numpy(dataset.arrays["ego_history"][idx])
     actions = action_space.from_trajectory(
-        torch.from_numpy(dataset.arrays["target"][idx]), action_space.initial_speed(hist)
+        torch.from_numpy(dataset.arrays["target"][idx]), action_space.initial_speed(hist), lateral=lateral
     )
     flat = actions.reshape(-1, 2).double()
-    std = torch.maximum(flat.std(0), torch.tensor([0.1, 0.002], dtype=torch.float64))
+    floor = torch.tensor([0.1, action_space.bounds(lateral)[1] / 100], dtype=torch.float64)
+    std = torch.maximum(flat.std(0), floor)
     mean, std = flat.mean(0).tolist(), std.tolist()
     return (mean[0], mean[1]), (std[0], std[1])
 
@@ -96,7 +101,7 @@ def train_sft(
     else:
         model = build_model(recipe)
         if not recipe.init_from:  # a fresh flow head works on the data's standardised actions
-            model.config.action_mean, model.config.action_std = action_statistics(dataset)
+            model.config.action_mean, model.config.action_std = action_statistics(dataset, model.config.lateral_action)
             model.config.state_mean, model.config.state_std = state_statistics(dataset, model.config)
         if isinstance(model.config, VLAConfig):  # an evaluation of the model renders what it learnt from
             model.config.observation = observation_setup(dataset)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.base import ObservationSetup
+from agents.vla.action_space import LateralAction
 
 PRESETS = {
     # text: hidden, layers, heads, kv heads, intermediate; vision: depth, hidden
@@ -35,8 +36,13 @@ class VLAConfig(BaseModel):
         "False gives Alpamayo-R1's inputs (it sees no route and no map: it must see the road bend)",
     )
     command_input: bool = Field(True, description="the navigation command (left / straight / right / follow)")
+    lateral_action: LateralAction = Field(
+        "curvature",
+        description="the flow head's lateral action: Alpamayo-R1's curvature, or the lateral acceleration "
+        "(curvature x speed^2), on which a lane change at speed is as large as a turn at a junction",
+    )
     # statistics of the training data (None: fixed scales); filled by SFT from its dataset
-    action_mean: tuple[float, float] | None = None  # (accel, curvature)
+    action_mean: tuple[float, float] | None = None  # (accel, the lateral action)
     action_std: tuple[float, float] | None = None
     state_mean: list[float] | None = None  # the state token's features
     state_std: list[float] | None = None

@@ -345,7 +345,7 @@ class VLA(nn.Module, TrainableParts):
 
     def actions_to_trajectory(self, u: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
         c = self.config
-        return action_space.to_plan(u, v0, c.action_mean, c.action_std)
+        return action_space.to_plan(u, v0, c.action_mean, c.action_std, c.lateral_action)
 
     @torch.no_grad()
     def act_batch(
@@ -533,8 +533,8 @@ class VLA(nn.Module, TrainableParts):
         text = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
         ctx = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         c = self.config
-        actions = action_space.from_trajectory(trajectories.float(), batch["v0"].float())
-        target = action_space.normalise(actions, c.action_mean, c.action_std)
+        actions = action_space.from_trajectory(trajectories.float(), batch["v0"].float(), lateral=c.lateral_action)
+        target = action_space.normalise(actions, c.action_mean, c.action_std, c.lateral_action)
         mask, state = batch["attention_mask"], batch["state"]
         if flow_samples > 1:
             ctx = [(k.repeat_interleave(flow_samples, 0), v.repeat_interleave(flow_samples, 0)) for k, v in ctx]

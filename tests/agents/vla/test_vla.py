@@ -209,6 +209,34 @@ def test_a_vla_saved_before_a_new_expert_option_loads_as_it_was_saved(observatio
     assert all(np.array_equal(x["trajectory"], y["trajectory"]) for x, y in zip(a, b))
 
 
+def test_a_lateral_acceleration_head_learns_reloads_and_plans_as_it_learnt(observations, tmp_path):
+    """``lateral_action = "lateral_acceleration"``: the flow targets are the lateral accelerations of the
+    trajectories, the option is saved with the model, and its plans integrate them back."""
+    from agents.vla import action_space
+
+    model = VLA(VLAConfig(lateral_action="lateral_acceleration")).eval()
+    t = torch.arange(1, 65) * 0.1
+    trajs = torch.stack([torch.stack([10 * t, 0.1 * t**2, 0.02 * t], 1)] * 2)
+    v0 = torch.tensor([10.0, 10.0])  # the trajectories' own speed
+    curvature = VLA(VLAConfig()).eval()
+    for m in (model, curvature):
+        g = torch.Generator().manual_seed(0)
+        assert torch.isfinite(m.losses(observations, ["", ""], trajs, g)["flow"])
+    lateral = action_space.from_trajectory(trajs, v0, lateral="lateral_acceleration")
+    assert torch.allclose(
+        model.actions_to_trajectory(action_space.normalise(lateral, lateral="lateral_acceleration"), v0),
+        trajs,
+        atol=0.05,
+    )
+    assert not torch.allclose(curvature.actions_to_trajectory(action_space.normalise(lateral), v0), trajs, atol=0.5)
+    model.save_pretrained(tmp_path / "vla")
+    again = VLA.from_pretrained(tmp_path / "vla")
+    assert again.config.lateral_action == "lateral_acceleration"
+    a = model.act_batch(observations, reasoning=False, generator=torch.Generator().manual_seed(0))
+    b = again.act_batch(observations, reasoning=False, generator=torch.Generator().manual_seed(0))
+    assert all(np.array_equal(x["trajectory"], y["trajectory"]) for x, y in zip(a, b))
+
+
 def test_alpamayo_inputs_hide_the_route(observations):
     """With ``route_inputs = False`` the model's plan does not change when the route does (its tokens,
     its offsets, the errors to it); with the route it does, so the test can fail. ``command_input``

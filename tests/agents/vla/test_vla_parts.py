@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from agents.vla.action_space import from_trajectory, initial_speed, integrate, to_plan
+from agents.vla.action_space import CURV_MAX, SPEED_FLOOR, from_trajectory, initial_speed, integrate, to_plan
 from agents.vla.flow import (
     ActionExpert,
     ExpertConfig,
@@ -36,6 +36,56 @@ def test_unicycle_round_trip():
     )
 
 
+def _mid_speeds(acts: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
+    v = torch.cat([v0[:, None], v0[:, None] + torch.cumsum(acts[..., 0] * 0.1, 1)], 1)
+    return 0.5 * (v[:, :-1] + v[:, 1:])
+
+
+def test_lateral_acceleration_is_curvature_times_the_squared_speed():
+    """The same trajectory in both lateral actions: ``a_lat = k v^2`` at each step's mean speed (floored
+    at SPEED_FLOOR), and each integrates back to it."""
+    acts, v0 = _actions(), torch.tensor([0.0, 1.0, 12.0, 25.0])
+    acts[0, :, 0] = 0.5  # pulls away from a standstill: below the floor, then above it
+    acts[2:, :, 1] *= 0.1  # within 1 g of lateral acceleration at speed
+    traj = integrate(acts, v0)
+    lateral = from_trajectory(traj, v0, lateral="lateral_acceleration")
+    expected = acts[..., 1] * _mid_speeds(acts, v0).clamp_min(SPEED_FLOOR) ** 2
+    assert torch.allclose(lateral[..., 1], expected, atol=0.05)  # m/s^2
+    assert torch.allclose(lateral[..., 0], from_trajectory(traj, v0)[..., 0])  # the acceleration is the same
+    assert torch.allclose(integrate(lateral, v0, lateral="lateral_acceleration"), traj, atol=0.05)
+    # one lateral acceleration is a gentle curve at speed and a tight one slowly, capped by the curvature bound
+    fast, slow = (
+        integrate(torch.tensor([0.0, 1.0]).expand(1, 64, 2), torch.tensor([v]), lateral="lateral_acceleration")
+        for v in (20.0, 0.5)
+    )
+    assert fast[0, -1, 2] == pytest.approx(1.0 / 20.0 * 6.4, rel=1e-4)  # yaw = a_lat / v * t
+    assert slow[0, -1, 2] == pytest.approx(CURV_MAX * 0.5 * 6.4, rel=1e-4)  # 1 / 2^2 = 0.25 1/m, over the bound
+
+
+def test_actions_for_a_turn_sharper_than_the_bound_follow_the_targets_positions():
+    """A car pulling out of a standstill turns its direction of motion faster than the unicycle's
+    curvature bound allows: the curvatures read off the yaw channel are clipped and their path misses
+    by metres; the fitted ones stay within the bound and follow the target's positions far closer."""
+    acts = torch.zeros(1, 64, 2)
+    acts[0, :, 0] = 2.0
+    acts[0, :25, 1] = 0.35  # beyond CURV_MAX for 2.5 s, then straight on
+    v0 = torch.tensor([0.5])
+    v = torch.cat([v0, v0 + torch.cumsum(acts[0, :, 0] * 0.1, 0)])
+    yaw = torch.cumsum(acts[0, :, 1] * 0.5 * (v[:-1] + v[1:]) * 0.1, 0)
+    yaw_prev = yaw - acts[0, :, 1] * 0.5 * (v[:-1] + v[1:]) * 0.1
+    x = torch.cumsum(0.5 * (v[:-1] * torch.cos(yaw_prev) + v[1:] * torch.cos(yaw)) * 0.1, 0)
+    y = torch.cumsum(0.5 * (v[:-1] * torch.sin(yaw_prev) + v[1:] * torch.sin(yaw)) * 0.1, 0)
+    target = torch.stack([x, y, yaw], -1)[None]
+    clipped = acts.clone()
+    clipped[..., 1] = clipped[..., 1].clamp(-CURV_MAX, CURV_MAX)
+    fitted = from_trajectory(target, v0)
+    miss = lambda a: float((integrate(a, v0)[..., :2] - target[..., :2]).norm(dim=-1).max())  # noqa: E731
+    assert miss(clipped) > 3.0  # metres off, as the yaw channel alone gave
+    assert fitted[..., 1].abs().max() <= CURV_MAX + 1e-6
+    assert miss(fitted) < 0.3 * miss(clipped)
+    assert torch.allclose(fitted[..., 0], acts[..., 0], atol=0.1)  # the accelerations are the target's
+
+
 def test_a_plan_brakes_to_a_stop_and_never_leaves_the_action_space():
     from envs.interface import TRAJ_HIGH, TRAJ_LOW
 
@@ -43,8 +93,9 @@ def test_a_plan_brakes_to_a_stop_and_never_leaves_the_action_space():
     assert brake[0, :, 0].diff().min() >= 0 and brake[0, -1, 0] == pytest.approx(5.0**2 / (2 * 9.8), rel=0.05)
     floor = integrate(torch.tensor([9.8, 0.0]).expand(1, 64, 2), torch.tensor([35.0]))
     assert floor[0, -1, 0] <= 40.0 * 6.4
-    wild = to_plan(torch.randn(256, 64, 2) * 3.0, torch.rand(256) * 35.0).numpy()  # an untrained head's noise
-    assert (wild[..., :2] >= TRAJ_LOW[:, :2]).all() and (wild[..., :2] <= TRAJ_HIGH[:, :2]).all()
+    for lateral in ("curvature", "lateral_acceleration"):  # an untrained head's noise
+        wild = to_plan(torch.randn(256, 64, 2) * 3.0, torch.rand(256) * 35.0, lateral=lateral).numpy()
+        assert (wild[..., :2] >= TRAJ_LOW[:, :2]).all() and (wild[..., :2] <= TRAJ_HIGH[:, :2]).all()
 
 
 def test_initial_speed_from_history():
