@@ -5,7 +5,16 @@ import math
 import pytest
 import torch
 
-from agents.vla.action_space import CURV_MAX, SPEED_FLOOR, from_trajectory, initial_speed, integrate, to_plan
+from agents.vla.action_space import (
+    CURV_MAX,
+    SPEED_FLOOR,
+    _path,
+    _speeds,
+    from_trajectory,
+    initial_speed,
+    integrate,
+    to_plan,
+)
 from agents.vla.flow import (
     ActionExpert,
     ExpertConfig,
@@ -70,12 +79,7 @@ def test_actions_for_a_turn_sharper_than_the_bound_follow_the_targets_positions(
     acts[0, :, 0] = 2.0
     acts[0, :25, 1] = 0.35  # beyond CURV_MAX for 2.5 s, then straight on
     v0 = torch.tensor([0.5])
-    v = torch.cat([v0, v0 + torch.cumsum(acts[0, :, 0] * 0.1, 0)])
-    yaw = torch.cumsum(acts[0, :, 1] * 0.5 * (v[:-1] + v[1:]) * 0.1, 0)
-    yaw_prev = yaw - acts[0, :, 1] * 0.5 * (v[:-1] + v[1:]) * 0.1
-    x = torch.cumsum(0.5 * (v[:-1] * torch.cos(yaw_prev) + v[1:] * torch.cos(yaw)) * 0.1, 0)
-    y = torch.cumsum(0.5 * (v[:-1] * torch.sin(yaw_prev) + v[1:] * torch.sin(yaw)) * 0.1, 0)
-    target = torch.stack([x, y, yaw], -1)[None]
+    target = _path(acts[..., 1], _speeds(acts[..., 0], v0, 0.1), 0.1)  # the unicycle without the bound
     clipped = acts.clone()
     clipped[..., 1] = clipped[..., 1].clamp(-CURV_MAX, CURV_MAX)
     fitted = from_trajectory(target, v0)
