@@ -76,6 +76,8 @@ class TrainSection(_Section):
     text_weight: float = Field(1.0, ge=0)
     flow_weight: float = Field(1.0, ge=0)
     flow_samples: int = Field(1, ge=1)  # (time, noise) draws per sample for the flow loss, from one VLM pass
+    # the share of those draws whose context is the prompt alone, as plans without reasoning see it
+    flow_prompt_only: float = Field(0.0, ge=0, le=1)
     # the weights that move: "vlm" with flow_weight = 0 is text-only post-training (the action expert frozen)
     parts: Literal["both", "vlm", "expert"] = "both"
     two_stage: bool = False  # stage 1: VLM (text); stage 2: action expert with the VLM frozen

@@ -105,6 +105,9 @@ def train_sft(
             model.config.state_mean, model.config.state_std = state_statistics(dataset, model.config)
         if isinstance(model.config, VLAConfig):  # an evaluation of the model renders what it learnt from
             model.config.observation = observation_setup(dataset)
+    if cfg.flow_prompt_only > 0 and isinstance(model, AlpamayoR1):
+        raise ValueError("train.flow_prompt_only: an Alpamayo-R1 policy always plans after its reasoning; set it to 0")
+    options = {"prompt_only": cfg.flow_prompt_only} if cfg.flow_prompt_only > 0 else {}
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -148,7 +151,12 @@ def train_sft(
             obs, reasoning, target = batches.next(cfg.batch_size)
             with autocast:
                 losses = model.losses(
-                    obs, reasoning, torch.from_numpy(target).to(device), generator=noise, flow_samples=cfg.flow_samples
+                    obs,
+                    reasoning,
+                    torch.from_numpy(target).to(device),
+                    generator=noise,
+                    flow_samples=cfg.flow_samples,
+                    **options,
                 )
             loss = (w_text * losses["text"] + w_flow * losses["flow"]) / cfg.grad_accum
             loss.backward()

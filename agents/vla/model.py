@@ -275,10 +275,13 @@ class VLA(nn.Module, TrainableParts):
             plen = [len(self.tokenizer(p)["input_ids"]) for p in prompts]
             labels = enc["input_ids"].clone()
             labels[enc["attention_mask"] == 0] = -100
+            starts = []
             for i, n in enumerate(plen):
                 pad = int((enc["attention_mask"][i] == 0).sum())
                 labels[i, : pad + n] = -100
+                starts.append(pad + n)
             enc["labels"] = labels
+            enc["reasoning_start"] = torch.tensor(starts)  # first position after the prompt, per row
         else:
             enc = self.tokenizer(prompts, return_tensors="pt", padding=True)
         enc["mm_token_type_ids"] = (enc["input_ids"] == self.backbone.config.image_token_id).long()
@@ -521,12 +524,16 @@ class VLA(nn.Module, TrainableParts):
         trajectories: torch.Tensor,
         generator: torch.Generator | None = None,
         flow_samples: int = 1,
+        prompt_only: float = 0.0,
     ) -> dict[str, torch.Tensor]:
         """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing).
 
         ``flow_samples`` draws that many (time, noise) pairs per sample for the flow loss from one VLM
         pass: the action expert is a small part of the compute, so its gradient gets k times the signal
-        for little cost (as pi0's several flow samples per observation)."""
+        for little cost (as pi0's several flow samples per observation). ``prompt_only`` is the share
+        of those draws (each a seeded coin) whose context is the prompt alone, the context a plan
+        without reasoning meets: the cache is causal, so masking the reasoning's positions gives
+        exactly the prompt's cache, at no extra cost."""
         batch = self.prepare(observations, reasoning)
         out = self.backbone(**self._vlm_inputs(batch), use_cache=True)
         logits, labels = out.logits[:, :-1], batch["labels"][:, 1:]
@@ -535,10 +542,14 @@ class VLA(nn.Module, TrainableParts):
         c = self.config
         actions = action_space.from_trajectory(trajectories.float(), batch["v0"].float(), lateral=c.lateral_action)
         target = action_space.normalise(actions, c.action_mean, c.action_std, c.lateral_action)
-        mask, state = batch["attention_mask"], batch["state"]
+        mask, state, start = batch["attention_mask"], batch["state"], batch["reasoning_start"]
         if flow_samples > 1:
             ctx = [(k.repeat_interleave(flow_samples, 0), v.repeat_interleave(flow_samples, 0)) for k, v in ctx]
-            target, mask, state = (x.repeat_interleave(flow_samples, 0) for x in (target, mask, state))
+            target, mask, state, start = (x.repeat_interleave(flow_samples, 0) for x in (target, mask, state, start))
+        if prompt_only > 0:
+            drop = torch.rand(len(mask), generator=generator, device=mask.device) < prompt_only
+            reasoning_part = torch.arange(mask.shape[1], device=mask.device)[None] >= start[:, None]
+            mask = mask.masked_fill(drop[:, None] & reasoning_part, 0)
         flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state)
         return {"text": text, "flow": flow}
 

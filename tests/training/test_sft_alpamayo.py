@@ -34,3 +34,12 @@ def test_sft_of_an_alpamayo_checkpoint_trains_resumes_exactly_and_saves_the_rele
     rows = metrics_of(straight)
     assert all(r["loss/flow"] > 0 and r["loss/text"] > 0 for r in rows)
     assert AlpamayoR1.from_pretrained(final) is not None  # loads on its own (base VLM files beside it)
+
+
+def test_prompt_only_flow_draws_are_refused_for_an_alpamayo_checkpoint(dataset, tmp_path, capsys):
+    """Alpamayo-R1 always plans after its reasoning: a share of prompt-only flow draws has no meaning there."""
+    recipe = sft_recipe(tmp_path, dataset, steps=1)
+    recipe.write_text(f'init_from = "{CHECKPOINT}"\n' + recipe.read_text())
+    run = ["--config", str(recipe), "--run-dir", str(tmp_path / "run"), "--set", "train.flow_prompt_only=0.5"]
+    assert run_main(run) == 2
+    assert "train.flow_prompt_only: an Alpamayo-R1 policy always plans after its reasoning" in capsys.readouterr().err

@@ -25,7 +25,9 @@ class CollectSettings(BaseModel):
     image_size: tuple[int, int] = Field((56, 112), description="stored image size (H, W): the VLA's input")
     n_frames: int = Field(4, ge=1, description="frames per camera in an observation")
     decision_every: int = Field(5, ge=1, description="world steps (0.1 s) per decision")
-    teacher: str = Field("template", description="template, or a critic spec whose LM writes the reasoning")
+    teacher: str = Field(
+        "template", description="template, template_standing, or a critic spec whose LM writes the reasoning"
+    )
     filter_threshold: float = Field(0.5, ge=0, le=1, description="consistency a sample's reasoning needs")
     perturb_fraction: float = Field(0.0, ge=0, le=1, description="extra episodes started off the lane centre")
     target: Literal["executed", "plan", "expert"] = Field(

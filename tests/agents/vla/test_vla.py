@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from agents import load_agent
+from agents.vla import action_space
 from agents.vla.checkpoint import CheckpointError
+from agents.vla.flow import flow_matching_loss
 from agents.vla.model import VISION_TOKENS, VLA, VLAConfig
 
 
@@ -183,6 +185,36 @@ def test_several_flow_samples_equal_the_batch_repeated(model, observations):
             torch.Generator().manual_seed(3),
         )
     assert torch.allclose(k["flow"], one["flow"], atol=1e-5) and torch.allclose(k["text"], one["text"], atol=1e-5)
+
+
+def test_prompt_only_flow_draws_see_exactly_the_cache_of_a_plan_without_reasoning(model, observations):
+    """Masking the reasoning's positions of the teacher-forced cache is the prompt's own cache (the
+    context of a plan without reasoning); with no prompt-only share the loss is the full-context one."""
+    reasoning = ["Stop.", "The road ahead is clear, so keep the current speed in my lane."]
+    target = torch.from_numpy(np.stack([np.cumsum(np.full((64, 3), [0.5, 0.0, 0.0], np.float32), 0)] * 2))
+    c = model.config
+
+    def reference(context_of: str, coins: bool) -> torch.Tensor:
+        batch = model.prepare(observations, reasoning if context_of == "reasoning" else None)
+        if context_of == "reasoning":
+            out = model.backbone(**model._vlm_inputs(batch), use_cache=True)
+            ctx, mask = [(layer.keys, layer.values) for layer in out.past_key_values.layers], batch["attention_mask"]
+        else:
+            ctx, mask = model.encode(batch)
+        actions = action_space.from_trajectory(target, batch["v0"], lateral=c.lateral_action)
+        x1 = action_space.normalise(actions, c.action_mean, c.action_std, c.lateral_action)
+        g = torch.Generator().manual_seed(5)
+        if coins:
+            torch.rand(len(observations), generator=g)
+        return flow_matching_loss(model.expert, x1, ctx, mask, g, state=batch["state"])
+
+    with torch.no_grad():
+        prompt_only = model.losses(observations, reasoning, target, torch.Generator().manual_seed(5), prompt_only=1.0)
+        full = model.losses(observations, reasoning, target, torch.Generator().manual_seed(5))
+        assert torch.allclose(prompt_only["flow"], reference("prompt", coins=True), atol=1e-5)
+        assert not torch.allclose(prompt_only["flow"], reference("reasoning", coins=True), atol=1e-5)
+        assert torch.allclose(full["flow"], reference("reasoning", coins=False), atol=1e-5)
+        assert torch.allclose(prompt_only["text"], full["text"])
 
 
 def test_a_vla_saved_before_a_new_expert_option_loads_as_it_was_saved(observations, tmp_path):

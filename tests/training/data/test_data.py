@@ -10,7 +10,7 @@ import pytest
 from rewards.transition import EgoState
 from tests.training.helpers import SCENARIOS, collect_settings
 from training.data import DrivingDataset, card_path, collect, future_in_ego_frame
-from training.data.labels import ConsistencyFilter, TemplateTeacher, label_meta_actions
+from training.data.labels import ConsistencyFilter, TemplateTeacher, label_meta_actions, make_teacher
 
 
 def test_dataset_round_trip_and_card(dataset):
@@ -147,3 +147,26 @@ def test_template_teacher_agrees_with_its_labels():
             assert filt(teacher.write(meta, causes), meta, causes)[0], (meta, causes)
     straight = np.stack([np.arange(1, 65) * 1.0, np.zeros(64), np.zeros(64)], 1)
     assert "keep_speed" in label_meta_actions(straight, 10.0)
+
+
+def test_a_car_already_standing_still_is_told_to_start_again_or_to_stay_not_to_come_to_a_stop():
+    teacher, filt = make_teacher("template_standing"), ConsistencyFilter()
+    t = np.arange(1, 65) * 0.1
+    waits_then_goes = np.maximum(t - 1.5, 0.0) ** 2  # stands for 1.5 s, then accelerates at 2 m/s^2
+    brakes_then_goes = np.where(t < 1.0, 5 * t - 2.5 * t**2, 2.5) + np.maximum(t - 3.0, 0.0) ** 2  # 5 m/s -> 0 in 1 s
+    stays = np.zeros(64)
+    cases = {
+        "start moving again": (waits_then_goes, 0.0),
+        "come to a stop": (brakes_then_goes, 5.0),
+        "stay stopped": (stays, 0.0),
+    }
+    causes = {"stop_sign", "junction"}
+    for phrase, (x, speed0) in cases.items():
+        future = np.stack([x, np.zeros(64), np.zeros(64)], 1)
+        meta = label_meta_actions(future, speed0)
+        text = teacher.write(meta, causes, {"speed": speed0})
+        assert f"so {phrase}" in text, (phrase, meta, text)
+        assert filt(text, meta, causes)[0], (text, meta)
+    assert "so come to a stop" in teacher.write({"stop", "start_from_stop"}, causes)  # no facts: as before
+    standing_start = label_meta_actions(np.stack([waits_then_goes, np.zeros(64), np.zeros(64)], 1), 0.0)
+    assert "so come to a stop" in make_teacher("template").write(standing_start, causes, {"speed": 0.0})  # the default
