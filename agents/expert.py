@@ -235,6 +235,26 @@ def _distance_covered(t: np.ndarray, v: float, accel: float = CROSS_ACCEL, top: 
     return np.where(t < t_top, ramp, v * t_top + 0.5 * accel * t_top**2 + top * (t - t_top))
 
 
+def _capped_progress(
+    v: float, reach: float, x_cap: np.ndarray, v_cap: np.ndarray, top: float = CROSS_SPEED
+) -> tuple[np.ndarray, np.ndarray]:
+    """Metres covered (a 0.25 m grid up to ``reach``) and the seconds to cover them, from speed ``v``,
+    accelerating at ``CROSS_ACCEL`` up to ``max(v, top)`` as ``_distance_covered`` does, but never
+    faster than the route's speed cap ``v_cap`` at ``x_cap`` metres ahead (its curves and limits,
+    braked into at 2 m/s^2, as the plan drives them) and accelerating again from that: fast on the
+    approach to a turn, we slow for it, and reach and stay on its path later and longer than our
+    present speed says."""
+    x = np.arange(0.0, reach + 0.25, 0.25)
+    cap = np.minimum(np.interp(x, x_cap, v_cap), max(v, top))
+    # the speed reachable at x from every earlier point's cap (and from v at 0), accelerating: a running minimum
+    w = cap**2 - 2.0 * CROSS_ACCEL * x
+    w[0] = v * v
+    speed = np.sqrt(np.maximum(np.minimum(np.minimum.accumulate(w) + 2.0 * CROSS_ACCEL * x, cap**2), 0.0))
+    speed[0] = v
+    mid = np.maximum((speed[1:] + speed[:-1]) / 2.0, 0.1)
+    return x, np.concatenate([[0.0], np.cumsum(0.25 / mid)])
+
+
 def _time_to_cover(distance: float, v: float, accel: float = CROSS_ACCEL) -> float:
     """Seconds to cover ``distance`` metres the same way (the inverse of ``_distance_covered``)."""
     top = max(v, CROSS_SPEED)
@@ -1039,6 +1059,7 @@ class Expert(BaseAgent):
         lanes, starts = c.paths.lanes[c.route_path], c.paths.lane_start[c.route_path]
         front = s_ego + c.actors.length[0] / 2
         self._creeping = False
+        cap_ahead = None  # the route's speed cap from us on (metres, m/s): found at the first junction met
         for k, (li, start) in enumerate(zip(lanes, starts)):
             if li < 0 or start - front > 60.0:
                 break
@@ -1070,8 +1091,12 @@ class Expert(BaseAgent):
             # our queue: the route's lanes from 100 m behind us to the junction (a route that loops crosses
             # lanes it drove long before, and a car on one of those is cross traffic)
             queue = {int(x) for x, end in zip(lanes[:k], starts[1 : k + 1]) if end > front - 100.0}
+            if cap_ahead is None:  # (500 m: further than any junction path we judge reaches)
+                i0, i1 = np.searchsorted(c.route_s, [s_ego, s_ego + 500.0])
+                window = slice(max(int(i0) - 1, 0), int(i1) + 1)
+                cap_ahead = c.route_s[window] - s_ego, route_speed_cap(world)[window]
             conflict, creep_to = self._conflict(
-                world, run, start - front, v, queue, standing, margin, asserting, right_of_way=straight_on
+                world, run, start - front, v, queue, standing, cap_ahead, margin, asserting, right_of_way=straight_on
             )
             self._crossing = start if conflict is None else None
             if conflict is None:
@@ -1127,15 +1152,19 @@ class Expert(BaseAgent):
         # that can brake for it once it is in that vehicle's lane (as at a junction)
         asserting = held and world.state.t - self._held_change[1] >= ASSERT_AFTER_S
         flow_rows = {int(r) for f in c.flows for r in f.rows} if asserting else set()
+        # the lanes we move across: the new one and any between (a route may move two lanes over along a
+        # long change), as a band of lateral offsets measured from our own lane's centre towards the new one
+        across = abs(side)
+        band = (across / max(round(across / there.width), 1) - there.width / 2 - 0.5, across + there.width / 2 + 0.5)
+        towards = math.copysign(1.0, side)
         for o in seen:
             if o.kind == PEDESTRIAN or o.static:
                 continue
-            # in that lane, or (along a long change, moved across in ``RAMP_S``) coming into it meanwhile: a
+            # in those lanes, or (along a long change, moved across in ``RAMP_S``) coming into them meanwhile: a
             # car turning into the road behind us
             then = o.lat + o.v_lat * RAMP_S if long else o.lat
-            if min(abs(o.lat - side_now), abs(then - side_now)) > there.width / 2 + 0.5 and (
-                (o.lat - side_now) * (then - side_now) > 0.0
-            ):
+            ends = sorted(((x - side_now) * towards + across) for x in (o.lat, then))
+            if ends[1] < band[0] or ends[0] > band[1]:
                 continue
             pulling_away = o.v_along > v + 1.0
             if o.s - o.length / 2 > s_ego + ego_len / 2 + (1.0 if pulling_away else 5.0):
@@ -1204,6 +1233,7 @@ class Expert(BaseAgent):
         v,
         queue: set[int],
         standing: bool,
+        cap_ahead: tuple[np.ndarray, np.ndarray],
         margin: float = CROSS_MARGIN_M,
         asserting: bool = False,
         right_of_way: bool = False,
@@ -1211,26 +1241,31 @@ class Expert(BaseAgent):
         """Id of a vehicle that would reach our path through the junction (its lanes ``run``, which start
         ``dist`` metres ahead of our front) while we are on it, if any; vehicles on our own lanes before
         the junction (``queue``) are our queue; with ``standing``, cars standing first at their line that
-        go before us count as setting off; ``margin`` metres of the path are kept clear ahead of and behind us
-        (bodies, not centres: ``_body_reach``). A vehicle that gets into our lane before us is a leader
-        (``_leads_us``), one that would run up behind us as we come out a conflict (``_on_our_heels``).
-        With ``asserting``, a vehicle that lets us through (``_gives_way``) is no conflict, and the second
-        value is how far along the path to creep while we wait (inf: no limit from them). With
-        ``right_of_way`` (straight on at a green light or on a road with priority), a vehicle that keeps
-        the lights and not the junction's rules (a flow) stops at its red and is no conflict."""
+        go before us count as setting off; ``cap_ahead`` is the route's speed cap (metres from us, m/s),
+        which we slow to on the way (``_capped_progress``); ``margin`` metres of the path are kept clear
+        ahead of and behind us (bodies, not centres: ``_body_reach``). A vehicle that gets into our lane
+        before us is a leader (``_leads_us``), one that would run up behind us as we come out a conflict
+        (``_on_our_heels``). With ``asserting``, a vehicle that lets us through (``_gives_way``) is no
+        conflict, and the second value is how far along the path to creep while we wait (inf: no limit
+        from them). With ``right_of_way`` (straight on at a green light or on a road with priority), a
+        vehicle that keeps the lights and not the junction's rules (a flow) stops at its red and is no
+        conflict."""
         st, c = world.state, world.compiled
         a = c.actors
         path = np.concatenate([lane.centerline for lane in run])
         along = geo.arc_lengths(path)
         heading = _tangents(path)
         length = float(along[-1])
-        # where we will be: from our speed, accelerating at CROSS_ACCEL up to CROSS_SPEED (arc length on
-        # the junction path, from -dist); a vehicle conflicts if it comes near the stretch of the path we
-        # occupy (our length and a margin either side) at the same time, not anywhere on it at any time
+        # where we will be: from our speed, accelerating at CROSS_ACCEL up to CROSS_SPEED and slowing where
+        # the route's cap does (arc length on the junction path, from -dist); a vehicle conflicts if it
+        # comes near the stretch of the path we occupy (our length and a margin either side) at the same
+        # time, not anywhere on it at any time
         ego_len = float(a.length[0])
-        t_clear = _time_to_cover(max(dist + length + ego_len + 2.0, 0.5), v) + (1.5 if v < 1.0 else 0.5)
+        through = max(dist + length + ego_len + 2.0, 0.5)
+        covered, times = _capped_progress(v, through + 1.5 * max(v, CROSS_SPEED) + 1.0, *cap_ahead)
+        t_clear = float(np.interp(through, covered, times)) + (1.5 if v < 1.0 else 0.5)
         taus = np.arange(0.0, t_clear + 0.01, 0.25)  # (a car at 17 m/s moves 4 m a step: its body's length)
-        ours = _distance_covered(taus, v) - dist
+        ours = np.interp(taus, times, covered) - dist
         lo = np.maximum(ours - ego_len - margin, 0.0)
         hi = np.minimum(ours + margin + 2.0, length)
         occupied = (along[None, :] >= lo[:, None]) & (along[None, :] <= hi[:, None]) & (hi >= lo)[:, None]

@@ -5,7 +5,9 @@ obstacle, in that car's lane (the Leaderboard's *TwoWays scenarios), yet takes a
 from a standstill. Round an obstacle in a lane with another its way beside, it changes into the free
 one on the side the obstacle leaves open, and not in front of a car coming up fast. Held at a junction
 by a flow that never gives way, it creeps up and goes when the flow's next vehicle can brake for it
-(the junction flow scenarios); going straight on at a green light it lets a car running its red cross.
+(the junction flow scenarios), and coming fast to a turn it judges a gap at the speed it turns at; going
+straight on at a green light it lets a car running its red cross; moving two lanes over it waits for a car
+in the lane between.
 Where two lanes join at a shallow angle it lets the car coming alongside in ahead; out beside its lane
 at a junction it stays in that lane where it runs on, or waits short of the junction and moves back in
 behind a car that can brake for it."""
@@ -158,6 +160,82 @@ def test_held_at_a_turn_by_a_dense_flow_the_expert_goes_when_the_next_car_can_br
     monkeypatch.setattr("agents.expert.YIELD_DECEL", 5.0)  # the expert before: it waited the flow out
     events, through = _turn(scenario)
     assert "collision" not in events and through == math.inf
+
+
+def test_the_expert_counts_on_slowing_for_a_turn_where_the_route_caps_its_speed():
+    """Where it will be on a junction path: from its speed, accelerating at ``CROSS_ACCEL`` up to ``CROSS_SPEED``
+    (the closed form) where the route lets it, and no faster than the route's cap where that is lower, after
+    which it speeds up again at ``CROSS_ACCEL``."""
+    from agents.expert import CROSS_ACCEL, _capped_progress, _distance_covered, _time_to_cover
+
+    taus = np.arange(0.0, 12.0, 0.25)
+    for v in (0.0, 3.0, 12.0):
+        x, t = _capped_progress(v, 150.0, np.array([0.0, 500.0]), np.array([30.0, 30.0]))
+        assert np.allclose(np.interp(taus, t, x), _distance_covered(taus, v), atol=0.1)
+        assert abs(float(np.interp(60.0, x, t)) - _time_to_cover(60.0, v)) < 0.05
+    # 14 m/s, 40 m before a turn taken at 6 m/s (braked into at 2 m/s^2), 20 m long, then straight again
+    x_cap = np.array([0.0, 40.0, 60.0, 60.5, 210.0])
+    v_cap = np.array([14.0, 6.0, 6.0, 14.0, 14.0])
+    x, t = _capped_progress(14.0, 150.0, x_cap, v_cap)
+    speed = np.gradient(x, t)
+    assert (speed <= np.interp(x, x_cap, v_cap) + 0.05).all()
+    after = (x > 70.0) & (x < 80.0)  # out of the turn it speeds up from 6 m/s at CROSS_ACCEL
+    assert np.allclose(speed[after] ** 2, 36.0 + 2.0 * CROSS_ACCEL * (x[after] - 60.0), rtol=0.05)
+    assert float(np.interp(60.0, x, t)) > _time_to_cover(60.0, 14.0) + 1.5  # the turn takes > 1.5 s longer
+
+
+def _fast_to_a_left_turn(car_s: float, car_speed: float) -> Scenario:
+    """The ego at 13.9 m/s, 100 m before an unprotected left turn on a shared green (it slows to about 5 m/s
+    in the turn), and a flow of oncoming cars 150 m apart at ``car_speed`` that never gives way, its first
+    ``car_s`` metres along the oncoming lane (Leaderboard 2.0 route 8's InterurbanAdvancedActorFlow, where
+    the expert came at 14.6 m/s to a right turn across a flow at 18 m/s)."""
+    from envs import World
+    from scenarios.families import make_scenario
+
+    params = {"speed_limit": 13.9, "oncoming": 1, "headway": 3.0, "oncoming_speed": 8.0}
+    data = make_scenario("unprotected_left", params, 0, "fast_left").model_dump(mode="json")
+    lanes = World(Scenario.model_validate(data)).compiled.road_map.lanes
+    straight = next(x for x in lanes["N_b0"].successors if abs(lanes[x].heading[-1] - lanes[x].heading[0]) < 0.1)
+    path = ["N_b0", straight, lanes[straight].successors[0]]
+    flow = {
+        "id": "onc",
+        "path": path,
+        "s": car_s,
+        "speed": car_speed,
+        "gap": [150.0, 150.0],
+        "reacts_to_signals": False,
+    }
+    data["ego"] |= {"s": 5.0, "speed": 13.9}
+    return Scenario.model_validate(data | {"actors": [], "flows": [flow], "duration_s": 40.0})
+
+
+def _hardest_braking_of_others(scenario: Scenario) -> tuple[list[str], float]:
+    """Events, and the hardest braking (m/s^2, over 0.5 s) of any other vehicle."""
+    world, decisions = _drive(scenario, 80)
+    before, hardest = world.state.speed.copy(), 0.0
+    for _ in decisions:
+        st = world.state
+        others = st.active.copy()
+        others[0] = False
+        hardest = max(hardest, float(((before - st.speed) / 0.5)[others].max(initial=0.0)))
+        before = st.speed.copy()
+    return _events(world), hardest
+
+
+@pytest.mark.parametrize("car_s, car_speed", [(25.0, 8.0), (30.0, 8.0), (10.0, 10.0), (12.5, 10.0)])
+def test_coming_fast_to_a_turn_the_expert_judges_the_gap_at_the_speed_it_turns_at(monkeypatch, car_s, car_speed):
+    """The gap in front of the flow's car is long enough at its approach speed and too short at the speed it
+    turns at: it waits, and the car goes by without braking."""
+    events, hardest = _hardest_braking_of_others(_fast_to_a_left_turn(car_s, car_speed))
+    assert events == ["route_complete"] and hardest < 1.0
+    # the scene is a real test: counting on its approach speed through the turn it went, and the car braked hard
+    import agents.expert as expert_module
+
+    capped = expert_module._capped_progress
+    no_cap = np.array([0.0, 1.0]), np.array([1e3, 1e3])
+    monkeypatch.setattr(expert_module, "_capped_progress", lambda v, reach, *cap: capped(v, reach, *no_cap))
+    events, hardest = _hardest_braking_of_others(_fast_to_a_left_turn(car_s, car_speed))
+    assert hardest > 5.0
 
 
 def _standing_behind_a_parked_car(spacing: float) -> Scenario:
@@ -427,6 +505,27 @@ def test_moving_two_lanes_over_along_a_short_lane_the_expert_does_not_overshoot_
         if terminated or truncated:
             break
     assert "collision" not in _events(world) and past < 0.5
+
+
+@pytest.mark.parametrize("ahead, speed", [(0.0, 14.0), (2.0, 14.0), (4.0, 13.0), (-3.0, 15.0)])
+def test_moving_two_lanes_over_the_expert_waits_for_a_car_in_the_lane_between(ahead, speed):
+    """The route moves two lanes over along a 300 m lane (Leaderboard 2.0 route 19's EnterActorFlow, where
+    the ramp's lane joins a highway two lanes from the route's), and a car drives in the lane between,
+    about level with the ego (``ahead`` metres, centre to centre). The lanes crossed are the new one and
+    the one between: the expert waits for that car to draw ahead and goes in behind it. Checking only the
+    new lane, it moved across into the car's side (route 19, both repeats: a collision)."""
+    from scenarios.families import idm_actor, make_scenario
+
+    params = {"lanes": 3, "length": 300.0, "speed_limit": 22.2, "density": 0.0}
+    road = make_scenario("straight", params, 0, "two")
+    route = ["r_f0", "r_f2"]
+    ego = road.ego.model_copy(update={"lane": "r_f0", "s": 20.0, "speed": 14.0, "route": route, "goal_distance": 260.0})
+    car = idm_actor("between", "r_f1", 20.0 + ahead, speed, ["r_f1"], speed)
+    data = road.model_dump(mode="json") | {"ego": ego.model_dump(mode="json"), "actors": [car], "duration_s": 40.0}
+    world, decisions = _drive(Scenario.model_validate(data), 80)
+    for _ in decisions:
+        pass
+    assert _events(world) == ["route_complete"]
 
 
 def _on_built_map(tmp_path, builder, scenario: dict) -> Scenario:

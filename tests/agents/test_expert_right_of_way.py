@@ -243,6 +243,7 @@ def test_once_it_has_set_off_into_a_junction_only_a_vehicle_that_would_hit_it_st
         v,
         queue,
         standing,
+        cap_ahead,
         margin=expert_module.CROSS_MARGIN_M,
         asserting=False,
         right_of_way=False,
