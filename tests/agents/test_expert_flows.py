@@ -513,7 +513,7 @@ def test_moving_two_lanes_over_the_expert_waits_for_a_car_in_the_lane_between(ah
     the ramp's lane joins a highway two lanes from the route's), and a car drives in the lane between,
     about level with the ego (``ahead`` metres, centre to centre). The lanes crossed are the new one and
     the one between: the expert waits for that car to draw ahead and goes in behind it. Checking only the
-    new lane, it moved across into the car's side (route 19, both repeats: a collision)."""
+    new lane, it moved across into the car's side (routes 19 / 49 / 79, seed 0: a collision)."""
     from scenarios.families import idm_actor, make_scenario
 
     params = {"lanes": 3, "length": 300.0, "speed_limit": 22.2, "density": 0.0}
