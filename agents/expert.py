@@ -1154,9 +1154,9 @@ class Expert(BaseAgent):
         flow_rows = {int(r) for f in c.flows for r in f.rows} if asserting else set()
         # the lanes we move across: the new one and any between (a route may move two lanes over along a
         # long change), as a band of lateral offsets measured from our own lane's centre towards the new one
-        across = abs(side)
-        band = (across / max(round(across / there.width), 1) - there.width / 2 - 0.5, across + there.width / 2 + 0.5)
-        towards = math.copysign(1.0, side)
+        across, towards = abs(side), math.copysign(1.0, side)
+        nearest = across / max(round(across / there.width), 1)  # the centre of the first lane crossed
+        band = (nearest - there.width / 2 - 0.5, across + there.width / 2 + 0.5)
         for o in seen:
             if o.kind == PEDESTRIAN or o.static:
                 continue
