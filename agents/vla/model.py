@@ -36,6 +36,7 @@ from agents.vla.flow import (
     sample_ode,
     sample_sde,
 )
+from agents.vla.positions import RopePositions
 from agents.vla.tokenizer import (
     COMMANDS,
     COT_END,
@@ -206,6 +207,7 @@ class VLA(nn.Module, TrainableParts):
         self.pixel_mean = np.asarray(proc.image_mean, np.float32)
         self.pixel_std = np.asarray(proc.image_std, np.float32)
         self.cot_end = self.tokenizer.convert_tokens_to_ids(COT_END)
+        self._positions = RopePositions(self.backbone.model)  # the VLM's rotary ids, once per prompt layout
 
     @staticmethod
     def _expert_config(backbone: nn.Module) -> ExpertConfig:
@@ -311,6 +313,13 @@ class VLA(nn.Module, TrainableParts):
         keys = ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids")
         return {k: batch[k] for k in keys}
 
+    def _vlm_forward(self, inputs: dict[str, Any], **kwargs: Any):
+        """The VLM's forward pass on ``_vlm_inputs``, its rotary position ids from the layout cache."""
+        positions = self._positions(
+            inputs["input_ids"], inputs["mm_token_type_ids"], inputs["attention_mask"], inputs["image_grid_thw"]
+        )
+        return self.backbone(**inputs, position_ids=positions, **kwargs)
+
     # --- inference --------------------------------------------------------------------------------------------
     @torch.no_grad()
     def reason(self, batch: dict[str, Any], max_new_tokens: int | None = None):
@@ -343,7 +352,7 @@ class VLA(nn.Module, TrainableParts):
         """Prompt only (no reasoning): the cache as expert context, and its mask. Only the cache is used,
         so the vocabulary head runs on the last position alone."""
         with torch.set_grad_enabled(grad):
-            out = self.backbone(**self._vlm_inputs(batch), use_cache=True, logits_to_keep=1)
+            out = self._vlm_forward(self._vlm_inputs(batch), use_cache=True, logits_to_keep=1)
         return [(layer.keys, layer.values) for layer in out.past_key_values.layers], batch["attention_mask"]
 
     def actions_to_trajectory(self, u: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
@@ -493,7 +502,7 @@ class VLA(nn.Module, TrainableParts):
         inputs["attention_mask"] = torch.cat([batch["attention_mask"], valid[:, :-1].long()], 1)
         inputs["mm_token_type_ids"] = torch.cat([batch["mm_token_type_ids"], torch.zeros_like(gen[:, :-1])], 1)
         with torch.set_grad_enabled(train_vlm and torch.is_grad_enabled()):
-            out = self.backbone(**inputs, use_cache=True)
+            out = self._vlm_forward(inputs, use_cache=True)
         logits = out.logits[:, prompt_len - 1 : prompt_len - 1 + n_gen].float() / temperature
         lp = torch.log_softmax(logits, -1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
         text_logp = (lp * valid).sum(1)
@@ -511,7 +520,7 @@ class VLA(nn.Module, TrainableParts):
     def reasoning_log_prob(self, observations, reasoning: list[str]) -> torch.Tensor:
         """Sum of token log-probs of the given reasoning texts (with grad), per sample."""
         batch = self.prepare(observations, reasoning)
-        logits = self.backbone(**self._vlm_inputs(batch)).logits[:, :-1]
+        logits = self._vlm_forward(self._vlm_inputs(batch)).logits[:, :-1]
         labels = batch["labels"][:, 1:]
         lp = torch.log_softmax(logits.float(), -1).gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
         return (lp * (labels != -100)).sum(1)
@@ -535,7 +544,7 @@ class VLA(nn.Module, TrainableParts):
         without reasoning meets: the cache is causal, so masking the reasoning's positions gives
         exactly the prompt's cache, at no extra cost."""
         batch = self.prepare(observations, reasoning)
-        out = self.backbone(**self._vlm_inputs(batch), use_cache=True)
+        out = self._vlm_forward(self._vlm_inputs(batch), use_cache=True)
         logits, labels = out.logits[:, :-1], batch["labels"][:, 1:]
         text = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
         ctx = [(layer.keys, layer.values) for layer in out.past_key_values.layers]

@@ -10,6 +10,7 @@ from agents.vla import action_space
 from agents.vla.checkpoint import CheckpointError
 from agents.vla.flow import flow_matching_loss
 from agents.vla.model import VISION_TOKENS, VLA, VLAConfig
+from agents.vla.positions import RopePositions
 
 
 @pytest.fixture(scope="module")
@@ -293,3 +294,30 @@ def test_alpamayo_inputs_hide_the_route(observations):
     assert not np.allclose(with_route[0], with_route[1])
     with_command = plans(VLAConfig(route_inputs=False))
     assert not np.allclose(with_command[0], with_command[1])
+
+
+@pytest.mark.parametrize("backbone", ["qwen2_5_vl", "qwen3_vl"])
+def test_rotary_positions_from_the_layout_cache_are_transformers_own(backbone, observations):
+    """The VLM's position ids come from a cache per row layout (agents/vla/positions.py): they equal
+    what transformers' get_rope_index computes for the whole batch, with rows padded differently, on a
+    cache hit too, and the forward pass is bit-identical with and without them."""
+    model = VLA(VLAConfig(backbone=backbone)).eval()
+    texts = ["", "go", "There is a lead vehicle ahead, so slow down.", "The road curves ahead, so keep the lane."]
+    inputs = model._vlm_inputs(model.prepare(observations * 2, texts))
+    layout = (inputs["input_ids"], inputs["mm_token_type_ids"], inputs["attention_mask"], inputs["image_grid_thw"])
+    assert len(set(inputs["attention_mask"].sum(1).tolist())) == 4  # four paddings: four layouts
+    expected, _ = model.backbone.model.get_rope_index(
+        inputs["input_ids"],
+        mm_token_type_ids=inputs["mm_token_type_ids"],
+        image_grid_thw=inputs["image_grid_thw"],
+        attention_mask=inputs["attention_mask"],
+    )
+    positions = RopePositions(model.backbone.model)
+    assert torch.equal(positions(*layout), expected)
+    assert len(positions._rows) == 4
+    assert torch.equal(positions(*layout), expected) and len(positions._rows) == 4  # from the cache
+    plans = model._vlm_inputs(model.prepare(observations * 3))  # one layout: every decision's prompt
+    positions(plans["input_ids"], plans["mm_token_type_ids"], plans["attention_mask"], plans["image_grid_thw"])
+    assert len(positions._rows) == 5
+    with torch.no_grad():
+        assert torch.equal(model.backbone(**inputs).logits, model._vlm_forward(inputs).logits)
