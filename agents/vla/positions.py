@@ -35,18 +35,18 @@ class RopePositions:
         mask = attention_mask.cpu()
         starts = types == 1
         starts[:, 1:] &= types[:, :-1] != 1  # the first token of each image
-        first_image = torch.cumsum(starts.sum(1), 0) - starts.sum(1)
+        images = starts.sum(1).tolist()  # a row's images, in image_grid_thw's order
         grids = image_grid_thw.cpu()
-        rows = []
-        for i in range(len(types)):
-            row_grids = grids[first_image[i] : first_image[i] + starts[i].sum()]
-            key = b"|".join((types[i].numpy().tobytes(), mask[i].numpy().tobytes(), row_grids.numpy().tobytes()))
+        rows, end = [], 0
+        for i, n in enumerate(images):
+            start, end = end, end + n  # this row's images in image_grid_thw
+            key = b"|".join((types[i].numpy().tobytes(), mask[i].numpy().tobytes(), grids[start:end].numpy().tobytes()))
             ids = self._rows.get(key)
             if ids is None:
                 ids, _ = self.model.get_rope_index(
                     input_ids[i : i + 1],
                     mm_token_type_ids=mm_token_type_ids[i : i + 1],
-                    image_grid_thw=image_grid_thw[first_image[i] : first_image[i] + starts[i].sum()],
+                    image_grid_thw=image_grid_thw[start:end],
                     attention_mask=attention_mask[i : i + 1],
                 )
                 self._rows[key] = ids
