@@ -1,6 +1,6 @@
 """Agents by spec string: ``expert``, ``constant_velocity``, ``stop``, ``vla:PATH`` (a saved VLA;
 ``vla:PATH?reasoning=0`` for trajectory only, ``&noise=0`` for the deterministic plan, ``&steps=N`` for
-N denoising steps instead of the model's own), ``alpamayo:PATH``
+N denoising steps instead of the model's own, ``&guidance=W`` for context guidance), ``alpamayo:PATH``
 (a checkpoint in Alpamayo-R1's released layout; ``?base=DIR`` for its base VLM folder), ``sb3:PATH``
 (a stable-baselines3 zip, loaded without pickle), or ``my_pkg.agents:MyAgent``."""
 
@@ -17,7 +17,8 @@ from agents.expert import Expert
 from loopdrive.plugins import load_object
 
 BUILTIN: dict[str, Callable[[], Agent]] = {"expert": Expert, "constant_velocity": ConstantVelocity, "stop": Stop}
-VLA_OPTIONS = {"reasoning": "0|1", "noise": "<scale>", "steps": "<n >= 1>"}  # vla:PATH?option=value&...
+# vla:PATH?option=value&...
+VLA_OPTIONS = {"reasoning": "0|1", "noise": "<scale>", "steps": "<n >= 1>", "guidance": "<w> or <w_accel>,<w_lateral>"}
 
 
 class AgentSpecError(ValueError):
@@ -42,6 +43,19 @@ def _number(spec: str, options: dict[str, str], key: str, default: float) -> flo
         raise AgentSpecError(f"agent {spec!r}: {key} must be a number, got {options[key]!r}") from None
 
 
+def _guidance(spec: str, options: dict[str, str]) -> tuple[float, ...] | None:
+    """``guidance=w`` or ``guidance=w_accel,w_lateral`` -> the weights (None when not given)."""
+    if "guidance" not in options:
+        return None
+    try:
+        weights = tuple(float(w) for w in options["guidance"].split(","))
+    except ValueError:
+        weights = ()
+    if len(weights) not in (1, 2):
+        raise AgentSpecError(f"agent {spec!r}: guidance must be w or w_accel,w_lateral, got {options['guidance']!r}")
+    return weights
+
+
 def load_agent(spec: str) -> Agent:
     """Build an agent from its spec; a wrong spec raises ``AgentSpecError`` saying why."""
     if spec in BUILTIN:
@@ -62,8 +76,9 @@ def load_agent(spec: str) -> Agent:
                 reasoning=options.get("reasoning", "1") != "0",
                 noise_scale=_number(spec, options, "noise", 1.0),
                 flow_steps=int(steps) or None,
+                guidance=_guidance(spec, options),
             )
-        except CheckpointError as e:
+        except (CheckpointError, ValueError) as e:  # ValueError: guidance this checkpoint cannot do
             raise AgentSpecError(f"agent {spec!r}: {e}") from None
     if spec.startswith("alpamayo:"):
         from agents.alpamayo.agent import AlpamayoAgent

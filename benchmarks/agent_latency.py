@@ -2,12 +2,14 @@
 
     python benchmarks/agent_latency.py [--size tiny] [--device cpu|cuda] [--dtype float32|bfloat16]
                                        [--batches 1,8] [--image-size 56,112] [--reasoning-tokens 0]
+                                       [--guidance 2,1]
 
 Runs the default 4-camera x 4-frame observation (16 images) at batch 1 and 8, and 4 cameras x 1 frame
 (4 images: what `configs/sft_tiny.toml` trains; results named `..._f1_...`). On CPU the process uses
 one core (threads pinned to 1) unless --threads says otherwise. ``--batches`` sweeps the batch (the
 RL rollouts batch one decision across a runner's envs: ``..._trajectory_only_decisions_per_s`` is that
-batch's ceiling); ``--reasoning-tokens 0`` skips the reasoning stage. Prints the benchmark JSON.
+batch's ceiling); ``--reasoning-tokens 0`` skips the reasoning stage; ``--guidance`` samples the flow
+with context guidance (two passes of the action expert per step). Prints the benchmark JSON.
 """
 
 from __future__ import annotations
@@ -51,7 +53,15 @@ def measure(model, observations, args, dtype) -> list[dict]:
         steps = model.config.flow_steps
         _, t_flow = timed(
             lambda: sample_ode(
-                model.expert, batch, ctx, mask, steps, device=args.device, dtype=dtype, state=data["state"]
+                model.expert,
+                batch,
+                ctx,
+                mask,
+                steps,
+                device=args.device,
+                dtype=dtype,
+                state=data["state"],
+                guidance=args.guidance,
             ),
             args.device,
             args.repeats,
@@ -89,7 +99,9 @@ def main() -> None:
     p.add_argument("--batches", default="1,8", help="batch sizes to measure, comma-separated")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="default: bfloat16 on CUDA, else float32")
     p.add_argument("--image-size", help="H,W the VLA resizes each camera to (default: the model's own)")
+    p.add_argument("--guidance", help="context guidance's weight(s), e.g. 2 or 2,1 (default: none)")
     args = p.parse_args()
+    args.guidance = tuple(float(w) for w in args.guidance.split(",")) if args.guidance else None
     pinned = None
     if args.device == "cpu" and args.threads == 1:
         pinned = pin_to_one_core()
@@ -128,6 +140,7 @@ def main() -> None:
                     "image_size": list(model.config.image_size),
                     "reasoning_tokens": args.reasoning_tokens,
                     "flow_steps": model.config.flow_steps,
+                    "guidance": args.guidance,
                     "best_of": args.repeats,
                 },
                 "results": results,

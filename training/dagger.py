@@ -70,7 +70,7 @@ def collect_round(
     policy = checkpoint_dir(run_dir) / name
     if not policy.exists():
         publish_final(run_dir, policy_checkpoint, name)
-    options = f"reasoning={int(recipe.eval.reasoning)}&noise={recipe.eval.noise:g}"
+    options = recipe.eval.agent_options()
     settings = recipe.data.settings().model_copy(
         update={
             "agent": f"vla:{policy}?{options}",

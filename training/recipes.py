@@ -78,6 +78,8 @@ class TrainSection(_Section):
     flow_samples: int = Field(1, ge=1)  # (time, noise) draws per sample for the flow loss, from one VLM pass
     # the share of those draws whose context is the prompt alone, as plans without reasoning see it
     flow_prompt_only: float = Field(0.0, ge=0, le=1)
+    # the share of those draws that see only the state token: what context guidance needs
+    flow_unconditional: float = Field(0.0, ge=0, le=1)
     # the weights that move: "vlm" with flow_weight = 0 is text-only post-training (the action expert frozen)
     parts: Literal["both", "vlm", "expert"] = "both"
     two_stage: bool = False  # stage 1: VLM (text); stage 2: action expert with the VLM frozen
@@ -124,10 +126,18 @@ class EvalSection(_Section):
     scenarios: int | None = Field(8, ge=1)  # first N of the split (None: all)
     reasoning: bool = False  # trajectory-only decisions are much faster on CPU
     noise: float = Field(1.0, ge=0)  # the flow's initial-noise scale (0: the deterministic plan)
+    guidance: list[float] | None = Field(None, min_length=1, max_length=2)  # context guidance (accel[, lateral])
     workers: int = 0
     # a split (e.g. "val") for model selection: the periodic evaluations run there and ``final`` is the
     # checkpoint that scored best (for RL, the starting policy is a candidate too); None: final = the last
     select_on: str | None = None
+
+    def agent_options(self) -> str:
+        """The options of the policy's agent spec (``vla:PATH?...``) that drive these evaluations."""
+        options = f"reasoning={int(self.reasoning)}&noise={self.noise:g}"
+        if self.guidance is not None:
+            options += "&guidance=" + ",".join(f"{w:g}" for w in self.guidance)
+        return options
 
 
 class CheckpointSection(_Section):

@@ -55,7 +55,7 @@ def make_evaluator(
         from agents.policy import policy_kind
 
         if agent is None:
-            spec = f"{policy_kind(checkpoint)}:{checkpoint}?reasoning={int(e.reasoning)}&noise={e.noise:g}"
+            spec = f"{policy_kind(checkpoint)}:{checkpoint}?{e.agent_options()}"
             decision_every = d.decision_every
         else:  # a control policy renews its command every world step, as in training
             spec, decision_every = agent.format(checkpoint=checkpoint), 1

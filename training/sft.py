@@ -108,6 +108,11 @@ def train_sft(
     if cfg.flow_prompt_only > 0 and isinstance(model, AlpamayoR1):
         raise ValueError("train.flow_prompt_only: an Alpamayo-R1 policy always plans after its reasoning; set it to 0")
     options = {"prompt_only": cfg.flow_prompt_only} if cfg.flow_prompt_only > 0 else {}
+    if cfg.flow_unconditional > 0:
+        if isinstance(model, AlpamayoR1):
+            raise ValueError("train.flow_unconditional: context guidance is a LoopDrive VLA option; set it to 0")
+        options["unconditional"] = cfg.flow_unconditional
+        model.config.flow_unconditional = cfg.flow_unconditional  # its checkpoints can be guided
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -41,6 +41,13 @@ class VLAConfig(BaseModel):
         description="the flow head's lateral action: Alpamayo-R1's curvature, or the lateral acceleration "
         "(curvature x speed^2), on which a lane change at speed is as large as a turn at a junction",
     )
+    flow_unconditional: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="the share of the flow head's training draws that saw only the state token, none of the "
+        "VLM's context; > 0 makes context guidance (the agent's guidance option) available. Set by SFT",
+    )
     # statistics of the training data (None: fixed scales); filled by SFT from its dataset
     action_mean: tuple[float, float] | None = None  # (accel, the lateral action)
     action_std: tuple[float, float] | None = None

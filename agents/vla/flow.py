@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 Context = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values): [B, H_kv, T, D]
+Guidance = float | Sequence[float]  # context guidance: one weight, or one per action dimension (accel, lateral)
 
 
 @dataclass
@@ -198,15 +199,43 @@ def sample_ode(
     dtype=torch.float32,
     state: torch.Tensor | None = None,
     noise_scale: float = 1.0,
+    guidance: Guidance | None = None,
 ) -> torch.Tensor:
     """Euler integration of the learned ODE from noise (t = 0) to actions (t = 1). ``noise_scale``
-    < 1 starts closer to the prior's mean (0: a deterministic, mode-seeking plan)."""
+    < 1 starts closer to the prior's mean (0: a deterministic, mode-seeking plan). ``guidance`` w
+    (one, or one per action dimension) follows :func:`guided_velocity` instead of the plain field."""
     c = expert.config
     x = noise_scale * torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
     for i in range(steps):
         t = torch.full((batch,), i / steps, device=x.device, dtype=dtype)
-        x = x + expert(x, t, context, context_mask, state) / steps
+        if guidance is None:
+            v = expert(x, t, context, context_mask, state)
+        else:
+            v = guided_velocity(expert, x, t, context, context_mask, state, guidance)
+        x = x + v / steps
     return x
+
+
+def guided_velocity(
+    expert: ActionExpert,
+    x_t: torch.Tensor,
+    t: torch.Tensor,
+    context: Context | None,
+    context_mask: torch.Tensor | None,
+    state: torch.Tensor | None,
+    guidance: Guidance,
+) -> torch.Tensor:
+    """Classifier-free guidance on the VLM's context (Ho & Salimans, 2022): ``v_s + w (v_c - v_s)``,
+    ``v_c`` the field with the context, ``v_s`` with the state token alone (speed, route, command).
+    A plan regressed towards what the state alone suggests (creeping on where the camera shows a stop
+    sign) is pushed, for w > 1, further along what the camera adds. It needs an expert that trained
+    on draws without the context (``[train] flow_unconditional``); w = 1 is the plain field."""
+    w = x_t.new_tensor(guidance).reshape(-1)
+    conditional = expert(x_t, t, context, context_mask, state)
+    if bool((w == 1).all()):
+        return conditional
+    state_only = expert(x_t, t, None, None, state)  # = the context fully masked (tested)
+    return state_only + w * (conditional - state_only)
 
 
 # one level, or one per action dimension (accel, curvature); log_prob also takes a [B, dims] tensor,

@@ -10,6 +10,7 @@ turn is prefilled with the reasoning-start token. Output: reasoning text (greedy
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,6 +31,7 @@ from agents.vla.config import PRESETS, VLAConfig
 from agents.vla.flow import (
     ActionExpert,
     ExpertConfig,
+    Guidance,
     NoiseLevel,
     flow_matching_loss,
     log_prob,
@@ -359,6 +361,20 @@ class VLA(nn.Module, TrainableParts):
         c = self.config
         return action_space.to_plan(u, v0, c.action_mean, c.action_std, c.lateral_action)
 
+    def check_guidance(self, guidance: Guidance | None) -> None:
+        """Context guidance compares against the field without the context, which only a head trained
+        on such draws has; a weight per action dimension at most."""
+        if guidance is None:
+            return
+        if not self.config.flow_unconditional:
+            raise ValueError(
+                "context guidance needs a flow head trained on draws without the VLM's context "
+                "([train] flow_unconditional > 0); this model's vla_config.json has flow_unconditional = 0"
+            )
+        n = len(guidance) if isinstance(guidance, Sequence) else 1
+        if n not in (1, self.expert.config.action_dim):
+            raise ValueError(f"guidance: one weight or one per action dimension (accel, lateral), got {guidance!r}")
+
     @torch.no_grad()
     def act_batch(
         self,
@@ -367,9 +383,12 @@ class VLA(nn.Module, TrainableParts):
         generator: torch.Generator | None = None,
         noise_scale: float = 1.0,
         steps: int | None = None,
+        guidance: Guidance | None = None,
     ) -> list[dict[str, Any]]:
         """The deterministic plan (the ODE from ``noise_scale`` x the prior's sample) in ``steps`` Euler
-        steps (None: the model's ``flow_steps``), with the reasoning first when ``reasoning``."""
+        steps (None: the model's ``flow_steps``), with the reasoning first when ``reasoning``, and
+        context guidance ``guidance`` (None: none; needs a head trained with ``flow_unconditional``)."""
+        self.check_guidance(guidance)
         batch = self.prepare(observations)
         texts = [None] * len(observations)
         if reasoning:
@@ -386,6 +405,7 @@ class VLA(nn.Module, TrainableParts):
             self.device,
             state=batch["state"],
             noise_scale=noise_scale,
+            guidance=guidance,
         )
         traj = self.actions_to_trajectory(u, batch["v0"]).cpu().numpy().astype(np.float32)
         return [{"trajectory": traj[i], "reasoning": texts[i]} for i in range(len(observations))]
@@ -534,6 +554,7 @@ class VLA(nn.Module, TrainableParts):
         generator: torch.Generator | None = None,
         flow_samples: int = 1,
         prompt_only: float = 0.0,
+        unconditional: float = 0.0,
     ) -> dict[str, torch.Tensor]:
         """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing).
 
@@ -542,7 +563,9 @@ class VLA(nn.Module, TrainableParts):
         for little cost (as pi0's several flow samples per observation). ``prompt_only`` is the share
         of those draws (each a seeded coin) whose context is the prompt alone, the context a plan
         without reasoning meets: the cache is causal, so masking the reasoning's positions gives
-        exactly the prompt's cache, at no extra cost."""
+        exactly the prompt's cache, at no extra cost. ``unconditional`` is the share (another seeded coin
+        per draw) that sees none of the VLM's context, only the state token: the field context
+        guidance compares against (:func:`agents.vla.flow.guided_velocity`)."""
         batch = self.prepare(observations, reasoning)
         out = self._vlm_forward(self._vlm_inputs(batch), use_cache=True)
         logits, labels = out.logits[:, :-1], batch["labels"][:, 1:]
@@ -559,6 +582,9 @@ class VLA(nn.Module, TrainableParts):
             drop = torch.rand(len(mask), generator=generator, device=mask.device) < prompt_only
             reasoning_part = torch.arange(mask.shape[1], device=mask.device)[None] >= start[:, None]
             mask = mask.masked_fill(drop[:, None] & reasoning_part, 0)
+        if unconditional > 0:
+            blind = torch.rand(len(mask), generator=generator, device=mask.device) < unconditional
+            mask = mask.masked_fill(blind[:, None], 0)
         flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state)
         return {"text": text, "flow": flow}
 

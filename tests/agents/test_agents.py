@@ -178,3 +178,12 @@ def test_vla_spec_options(tmp_path):
     for bad in ("0", "2.5", "few"):
         with pytest.raises(AgentSpecError, match="steps must be"):
             load_agent(f"vla:{tmp_path / 'vla'}?steps={bad}")
+    with pytest.raises(AgentSpecError, match=r"flow_unconditional > 0"):  # its head never saw the state alone
+        load_agent(f"vla:{tmp_path / 'vla'}?guidance=2")
+    VLA(VLAConfig(size="tiny", flow_unconditional=0.1)).save_pretrained(tmp_path / "guided")
+    assert load_agent(f"vla:{tmp_path / 'guided'}?guidance=2").guidance == (2.0,)
+    assert load_agent(f"vla:{tmp_path / 'guided'}?guidance=2,1").guidance == (2.0, 1.0)
+    assert load_agent(f"vla:{tmp_path / 'guided'}").guidance is None
+    for bad in ("2,1,1", "strong", "2,"):
+        with pytest.raises(AgentSpecError, match="guidance must be w or w_accel,w_lateral"):
+            load_agent(f"vla:{tmp_path / 'guided'}?guidance={bad}")

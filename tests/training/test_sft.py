@@ -8,6 +8,7 @@ import shutil
 import pytest
 import torch
 
+from agents import load_agent
 from tests.training.helpers import metrics_of, sft_recipe, weights_of
 from training import checkpoints as ckpt_mod
 from training.recipes import load_recipe
@@ -98,6 +99,21 @@ def test_text_only_post_training_leaves_the_trajectory_head_bit_identical(datase
     assert any(not torch.equal(before[k], text_only[k]) for k in backbone)
     assert all(torch.equal(before[k], head_only[k]) for k in backbone)
     assert any(not torch.equal(before[k], head_only[k]) for k in expert)
+
+
+def test_a_head_trained_with_unconditional_draws_is_saved_as_guidable_and_evaluated_with_guidance(dataset, tmp_path):
+    """``flow_unconditional`` reaches the checkpoint's config (what lets an agent guide its plans), and
+    the recipe's ``[eval] guidance`` is in the spec of the agent its evaluations and rounds drive."""
+    recipe = sft_recipe(tmp_path, dataset, steps=2, flow_unconditional=0.5)
+    run = tmp_path / "guided"
+    assert run_main(["--config", str(recipe), "--run-dir", str(run)]) == 0
+    saved = json.loads((run / "checkpoints" / "final" / "vla_config.json").read_text())
+    assert saved["vla"]["flow_unconditional"] == 0.5
+    agent = load_agent(f"vla:{run / 'checkpoints' / 'final'}?reasoning=0&noise=0&guidance=2,1")
+    assert agent.guidance == (2.0, 1.0)
+    r = load_recipe(recipe, ["eval.guidance=[2, 1]", "eval.noise=0"])
+    assert r.eval.agent_options() == "reasoning=0&noise=0&guidance=2,1"
+    assert load_recipe(recipe, []).eval.agent_options() == "reasoning=0&noise=1"
 
 
 def test_a_recipe_that_learns_nothing_or_mixes_stages_and_parts_is_refused(dataset, tmp_path):

@@ -8,7 +8,7 @@ import torch
 from agents import load_agent
 from agents.vla import action_space
 from agents.vla.checkpoint import CheckpointError
-from agents.vla.flow import flow_matching_loss
+from agents.vla.flow import flow_matching_loss, guided_velocity, sample_ode
 from agents.vla.model import VISION_TOKENS, VLA, VLAConfig
 from agents.vla.positions import RopePositions
 
@@ -216,6 +216,57 @@ def test_prompt_only_flow_draws_see_exactly_the_cache_of_a_plan_without_reasonin
         assert not torch.allclose(prompt_only["flow"], reference("reasoning", coins=True), atol=1e-5)
         assert torch.allclose(full["flow"], reference("reasoning", coins=False), atol=1e-5)
         assert torch.allclose(prompt_only["text"], full["text"])
+
+
+def test_unconditional_flow_draws_see_the_state_token_alone(model, observations):
+    """A draw without the VLM's context is the expert with no context at all (the field context
+    guidance compares against); its coin comes after the prompt-only one."""
+    reasoning = ["Stop.", "The road ahead is clear, so keep the current speed in my lane."]
+    target = torch.from_numpy(np.stack([np.cumsum(np.full((64, 3), [0.5, 0.0, 0.0], np.float32), 0)] * 2))
+    c = model.config
+    with torch.no_grad():
+        blind = model.losses(observations, reasoning, target, torch.Generator().manual_seed(5), unconditional=1.0)
+        batch = model.prepare(observations)
+        actions = action_space.from_trajectory(target, batch["v0"], lateral=c.lateral_action)
+        x1 = action_space.normalise(actions, c.action_mean, c.action_std, c.lateral_action)
+        g = torch.Generator().manual_seed(5)
+        torch.rand(len(observations), generator=g)  # the unconditional coins
+        state_only = flow_matching_loss(model.expert, x1, None, None, g, state=batch["state"])
+        assert torch.allclose(blind["flow"], state_only, atol=1e-6)
+        full = model.losses(observations, reasoning, target, torch.Generator().manual_seed(5))
+        assert not torch.allclose(full["flow"], state_only, atol=1e-4)
+        ctx, mask = model.encode(batch)  # a fully masked context is no context
+        x, t = torch.randn(2, 64, 2, generator=torch.Generator().manual_seed(1)), torch.full((2,), 0.3)
+        none = model.expert(x, t, None, None, batch["state"])
+        torch.testing.assert_close(model.expert(x, t, ctx, torch.zeros_like(mask), batch["state"]), none)
+
+
+def test_context_guidance_moves_the_plan_along_what_the_context_adds(observations):
+    """w = 1 is the plain plan bit for bit; w = 0 on a dimension is the state-only field there; in
+    between, the guided velocity is v_s + w (v_c - v_s) per dimension. A head that never trained
+    without the context refuses guidance."""
+    with pytest.raises(ValueError, match="flow_unconditional > 0"):
+        VLA(VLAConfig()).act_batch(observations, reasoning=False, noise_scale=0.0, guidance=2.0)
+    model = VLA(VLAConfig(flow_unconditional=0.1)).eval()
+    with pytest.raises(ValueError, match="one weight or one per action dimension"):
+        model.act_batch(observations, reasoning=False, guidance=(1.0, 2.0, 3.0))
+    plain = model.act_batch(observations, reasoning=False, noise_scale=0.0)
+    same = model.act_batch(observations, reasoning=False, noise_scale=0.0, guidance=1.0)
+    assert all(np.array_equal(a["trajectory"], b["trajectory"]) for a, b in zip(plain, same))
+    with torch.no_grad():
+        batch = model.prepare(observations)
+        ctx, mask = model.encode(batch)
+        x, t = torch.randn(2, 64, 2, generator=torch.Generator().manual_seed(2)), torch.full((2,), 0.4)
+        v_c = model.expert(x, t, ctx, mask, batch["state"])
+        v_s = model.expert(x, t, None, None, batch["state"])
+        guided = guided_velocity(model.expert, x, t, ctx, mask, batch["state"], (2.0, 0.0))
+        torch.testing.assert_close(guided[..., 0], 2 * v_c[..., 0] - v_s[..., 0])
+        torch.testing.assert_close(guided[..., 1], v_s[..., 1])
+        state_only = sample_ode(model.expert, 2, None, None, 10, None, state=batch["state"], noise_scale=0.0)
+        guided_plan = sample_ode(
+            model.expert, 2, ctx, mask, 10, None, state=batch["state"], noise_scale=0.0, guidance=0.0
+        )
+        torch.testing.assert_close(guided_plan, state_only)
 
 
 def test_a_vla_saved_before_a_new_expert_option_loads_as_it_was_saved(observations, tmp_path):
