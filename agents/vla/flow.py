@@ -3,7 +3,9 @@
 The expert is a small transformer of the backbone's family without token embeddings: 64 action
 tokens (one per waypoint) built from Fourier features of the noisy action and of the flow time,
 MLP -> LayerNorm -> hidden; non-causal self-attention among them plus attention to the backbone's
-per-layer key / value cache (prompt + reasoning); a linear head predicts the velocity field.
+per-layer key / value cache (prompt + reasoning); a linear head predicts the velocity field. Without
+a cache it attends to the state token alone: the field context guidance (``guided_velocity``) compares
+against.
 
 Time convention (Alpamayo): t = 0 is noise, t = 1 is data; x_t = t x + (1 - t) eps, v = x - eps;
 training samples t from Beta(1.5, 1). For the SDE we switch to Flow-GRPO's s = 1 - t (1 = noise):
