@@ -62,7 +62,6 @@ def load_agent(spec: str) -> Agent:
         return BUILTIN[spec]()
     if spec.startswith("vla:"):
         from agents.vla.agent import VLAAgent
-        from agents.vla.checkpoint import CheckpointError
 
         path, options = _path_and_options(spec, VLA_OPTIONS)
         if not (Path(path) / "vla_config.json").exists():
@@ -70,15 +69,16 @@ def load_agent(spec: str) -> Agent:
         steps = _number(spec, options, "steps", 0)
         if "steps" in options and (steps < 1 or steps != int(steps)):
             raise AgentSpecError(f"agent {spec!r}: steps must be a whole number >= 1, got {options['steps']!r}")
+        noise, guidance = _number(spec, options, "noise", 1.0), _guidance(spec, options)
         try:
             return VLAAgent(
                 path,
                 reasoning=options.get("reasoning", "1") != "0",
-                noise_scale=_number(spec, options, "noise", 1.0),
+                noise_scale=noise,
                 flow_steps=int(steps) or None,
-                guidance=_guidance(spec, options),
+                guidance=guidance,
             )
-        except (CheckpointError, ValueError) as e:  # ValueError: guidance this checkpoint cannot do
+        except ValueError as e:  # a damaged checkpoint (CheckpointError), or guidance it cannot do
             raise AgentSpecError(f"agent {spec!r}: {e}") from None
     if spec.startswith("alpamayo:"):
         from agents.alpamayo.agent import AlpamayoAgent

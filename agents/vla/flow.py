@@ -208,12 +208,15 @@ def sample_ode(
     (one, or one per action dimension) follows :func:`guided_velocity` instead of the plain field."""
     c = expert.config
     x = noise_scale * torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
+    w = None if guidance is None else torch.as_tensor(guidance, dtype=dtype, device=x.device).reshape(-1)
+    if w is not None and bool((w == 1).all()):  # w = 1 is the plain field: one pass, not two
+        w = None
     for i in range(steps):
         t = torch.full((batch,), i / steps, device=x.device, dtype=dtype)
-        if guidance is None:
+        if w is None:
             v = expert(x, t, context, context_mask, state)
         else:
-            v = guided_velocity(expert, x, t, context, context_mask, state, guidance)
+            v = guided_velocity(expert, x, t, context, context_mask, state, w)
         x = x + v / steps
     return x
 
@@ -225,17 +228,15 @@ def guided_velocity(
     context: Context | None,
     context_mask: torch.Tensor | None,
     state: torch.Tensor | None,
-    guidance: Guidance,
+    guidance: Guidance | torch.Tensor,
 ) -> torch.Tensor:
     """Classifier-free guidance on the VLM's context (Ho & Salimans, 2022): ``v_s + w (v_c - v_s)``,
     ``v_c`` the field with the context, ``v_s`` with the state token alone (speed, route, command).
     A plan regressed towards what the state alone suggests (creeping on where the camera shows a stop
     sign) is pushed, for w > 1, further along what the camera adds. It needs an expert that trained
     on draws without the context (``[train] flow_unconditional``); w = 1 is the plain field."""
-    w = x_t.new_tensor(guidance).reshape(-1)
+    w = torch.as_tensor(guidance, dtype=x_t.dtype, device=x_t.device).reshape(-1)
     conditional = expert(x_t, t, context, context_mask, state)
-    if bool((w == 1).all()):
-        return conditional
     state_only = expert(x_t, t, None, None, state)  # = the context fully masked (tested)
     return state_only + w * (conditional - state_only)
 
