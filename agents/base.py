@@ -26,13 +26,18 @@ class ObservationSetup(BaseModel):
     camera_size: tuple[int, int] = Field(description="rendered camera size (H, W)")
     n_frames: int = Field(ge=1, description="frames per camera in an observation")
     decision_every: int = Field(ge=1, description="world steps (0.1 s) per decision")
+    frame_every: int = Field(1, ge=1, description="world steps (0.1 s) between a camera's frames")
 
-    def other_frames(self, n_frames: int, model: str) -> str | None:
-        """Why ``n_frames`` frames per camera are not ``model``'s input (None when they are)."""
-        if n_frames == self.n_frames:
+    def other_frames(self, n_frames: int, model: str, frame_every: int = 1) -> str | None:
+        """Why ``n_frames`` frames per camera, ``frame_every`` steps apart, are not ``model``'s input
+        (None when they are)."""
+        if (n_frames, frame_every) == (self.n_frames, self.frame_every):
             return None
         where = "its vla_config.json observation"
-        return f"{model} was trained on {self.n_frames} frame(s) per camera ({where}), not {n_frames}"
+        return (
+            f"{model} was trained on {self.n_frames} frame(s) per camera {self.frame_every} step(s) apart ({where}), "
+            f"not {n_frames} frame(s) {frame_every} step(s) apart"
+        )
 
 
 # the suite's default (DESIGN.md): what an evaluation renders for an agent that records no set-up of its own

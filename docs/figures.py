@@ -10,6 +10,9 @@
 - ``images/rl_critic.png``: PPO's critic and returns over iterations without and with its own fitting
   epochs and warm-up (the RL experiments page), from two runs' ``metrics.jsonl`` (skipped where
   those runs are not on this machine);
+- ``images/blind_plan.png``: the SFT recipe's best draw driving into a slow car (``overtake``), its front
+  and tele cameras at its input size each second, with its plan from them and from the first
+  decision's cameras (skipped where that checkpoint is not on this machine);
 - ``images/report.png``: the top of an evaluation report (``loopdrive eval`` on four smoke scenarios),
   as headless Chromium renders it (skipped when no Chromium is installed).
 """
@@ -157,6 +160,56 @@ def rl_critic(runs: dict[str, Path], name: str = "rl_critic.png") -> Path | None
     return path
 
 
+def blind_plan(checkpoint: Path, scenario: str = "overtake-041", name: str = "blind_plan.png") -> Path | None:
+    """What the tiny VLA sees as it drives into a slow car (its front and tele cameras, as it gets them),
+    with how far its plan goes in 2 s from those cameras and from the first decision's cameras."""
+    import cv2
+    import numpy as np
+
+    from agents import load_agent
+    from envs import LoopDriveEnv
+
+    if not (checkpoint / "vla_config.json").exists():
+        return None
+    agent = load_agent(f"vla:{checkpoint}?reasoning=0&noise=0")
+    env = LoopDriveEnv(bank="core_large", split="val", scenario=scenario, n_frames=1, camera_size=(56, 112))
+    obs, _ = env.reset(seed=0)
+    agent.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    first, tiles, done = obs["cameras"], [], False
+    while not done:
+        plan = agent.act(obs).trajectory
+        if round(env.world.t * 2) % 2 == 0:  # every second decision: each second
+            stale = agent.act(obs | {"cameras": first}).trajectory
+            state, lead = env.world.state, env.world.compiled.actors.ids.index("lead")
+            gap = float(np.hypot(state.x[lead] - state.x[0], state.y[lead] - state.y[0]))  # (centre to centre)
+            tile = np.hstack(
+                [cv2.resize(c[-1], (224, 112), interpolation=cv2.INTER_NEAREST) for c in obs["cameras"][[1, 3]]]
+            )
+            label = np.full((40, tile.shape[1], 3), 255, np.uint8)
+            for row, text in enumerate(
+                (
+                    f"t = {env.world.t:.0f} s, car ahead {gap:.0f} m: plan {plan[19, 0]:.1f} m in 2 s",
+                    f"(with the cameras of t = 0: {stale[19, 0]:.1f} m)",
+                )
+            ):
+                cv2.putText(label, text, (4, 15 + 18 * row), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1)
+            tiles.append(np.vstack([label, tile]))
+        obs, _, terminated, truncated, _ = env.step(plan)
+        done = terminated or truncated
+    pad = np.full((tiles[0].shape[0], 8, 3), 255, np.uint8)
+    page = np.vstack(
+        [
+            np.hstack([tiles[i], pad, tiles[i + 1]])
+            if i + 1 < len(tiles)
+            else np.hstack([tiles[i], pad, np.full_like(tiles[i], 255)])
+            for i in range(0, len(tiles), 2)
+        ]
+    )
+    path = IMAGES / name
+    cv2.imwrite(str(path), cv2.cvtColor(page, cv2.COLOR_RGB2BGR))
+    return path
+
+
 def report(chromium: str) -> Path:
     from evaluation import EvalConfig, evaluate
 
@@ -184,6 +237,8 @@ if __name__ == "__main__":
         "+ critic warm-up 4 and 50 fitting epochs, 36 iterations": Path("runs/rl/cw4fit50_long_s0"),
     }
     print(rl_critic(rl_runs) or "runs/rl/long32_s0 or cw4fit50_long_s0 missing: images/rl_critic.png not remade")
+    recipe = Path("runs/s54/po_r2/checkpoints/final")  # the SFT recipe's best draw (docs/experiments/sft.md)
+    print(blind_plan(recipe) or f"{recipe} missing: images/blind_plan.png not remade")
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser:
         print(report(browser))

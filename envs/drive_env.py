@@ -4,8 +4,9 @@
 the scenarios, the spaces, the reward composer, the trajectory controller, the ego history and the
 camera-frame buffer, and runs a decision: check the action, anchor the plan, then for each of the
 ``decision_every`` world steps of 0.1 s ask the controller for (accel, steer), advance the backend's
-world, compose the step's reward from the transition, keep the frames of the last ``n_frames`` steps,
-and stop on a terminal event or at the scenario's time limit.
+world, compose the step's reward from the transition, keep the cameras' frames (``n_frames`` of them,
+``frame_every`` steps apart, the newest at the decision), and stop on a terminal event or at the
+scenario's time limit.
 
 A backend implements the world: ``_start`` (a new episode of a scenario), ``_pose`` (the ego's x, y,
 yaw, speed and wheel angle), ``_advance`` (one 0.1 s step under an (accel, steer) command, returning
@@ -16,6 +17,7 @@ and ``stats()``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -51,13 +53,14 @@ class DriveEnv(gym.Env):
         camera_size: tuple[int, int] = (128, 256),
         n_frames: int = 4,
         decision_every: int | None = None,
+        frame_every: int = 1,
         invalid_action: str = "raise",
         terminate_on_collision: bool = True,
         leaderboard_version: str = "2.0",
         render_mode: str | None = None,
         bev_size: int = 0,
     ) -> None:
-        interface.check_options(action_mode, invalid_action, observations, render_mode, n_frames)
+        interface.check_options(action_mode, invalid_action, observations, render_mode, n_frames, frame_every)
         self.scenarios, self.bank_name, self.bank_version = interface.load_scenarios(bank, scenario, split)
         self.action_mode = action_mode
         self.decision_every = interface.decision_period(decision_every, action_mode)
@@ -68,7 +71,12 @@ class DriveEnv(gym.Env):
         self.reward_weights = dict(DEFAULT_REWARDS if rewards is None else rewards)
         self.composer = RewardComposer(self.reward_weights)
         self.leaderboard_version = leaderboard_version
-        self.n_frames = n_frames
+        self.n_frames, self.frame_every = n_frames, frame_every
+        # the frames are kept in slots of ``_slot_steps`` world steps (each decision ends on one), the last
+        # ``frame_slots``; an observation takes every ``_slots_apart``-th of them, newest last
+        self._slot_steps = math.gcd(frame_every, self.decision_every)
+        self._slots_apart = frame_every // self._slot_steps
+        self.frame_slots = (n_frames - 1) * self._slots_apart + 1
         h, w = camera_size
         self.rig = make_rig(rig, h, w)
         self.observation_space = interface.observation_space(observations, len(self.rig), n_frames, (h, w), bev_size)
@@ -81,7 +89,7 @@ class DriveEnv(gym.Env):
         self.scenario: Scenario | None = None
         self._frames: np.ndarray | None = None
         if "cameras" in observations or render_mode:
-            self._frames = np.zeros((len(self.rig), n_frames, h, w, 3), np.uint8)
+            self._frames = np.zeros((len(self.rig), self.frame_slots, h, w, 3), np.uint8)
         self._ego_track: list[EgoState] = []
         self._returns: dict[str, float] = {}
         self._done = False
@@ -184,12 +192,12 @@ class DriveEnv(gym.Env):
         terms = dict.fromkeys(self.composer.terms, 0.0)
         reward = 0.0
         terminated = truncated = False
-        n = self.decision_every
-        render_from = n - min(self.n_frames, n)
+        n, every, slots = self.decision_every, self._slot_steps, self.frame_slots
+        shift = n // every  # slots a decision moves the kept frames by
         start = len(self._ego_track) - 1
         capture = self._frames is not None and self._renders_cameras()
-        if self._frames is not None and n < self.n_frames:  # keep the older frames, newest last
-            self._frames[:, :-n] = self._frames[:, n:].copy()
+        if self._frames is not None and shift < slots:  # keep the older frames, newest last
+            self._frames[:, :-shift] = self._frames[:, shift:].copy()
         for k in range(n):
             if control is None:
                 accel, steer = self.controller.control(*self._pose())
@@ -212,8 +220,9 @@ class DriveEnv(gym.Env):
             for key, v in values.items():
                 terms[key] += v
             events.extend(new_events)
-            if capture and k >= render_from:
-                self._timed_capture(self.n_frames - (n - k))
+            back = n - 1 - k  # world steps from this one to the decision's last
+            if capture and back % every == 0 and back // every < slots:
+                self._timed_capture(slots - 1 - back // every)
             for hook in self.step_hooks:
                 hook(self)
             terminated = interface.is_terminal(new_events, self.terminate_on_collision)
@@ -248,7 +257,7 @@ class DriveEnv(gym.Env):
         keys = self.observation_keys
         out: dict[str, Any] = {}
         if "cameras" in keys:
-            out["cameras"] = self._frames.copy()
+            out["cameras"] = self._frames[:, :: self._slots_apart].copy()
         if "ego_history" in keys:
             x, y, yaw, _, _ = self._pose()
             out["ego_history"] = self.history.observe_from(x, y, yaw)

@@ -82,7 +82,8 @@ class LoopDriveEnv(DriveEnv):
 
     ``gym.make("LoopDrive-v0", bank="smoke", scenario=None, split=None, rig="alpamayo4", rewards=None,
     action_mode="trajectory", backend="embedded")`` and: ``observations`` (keys above),
-    ``camera_size=(128, 256)``, ``n_frames=4``, ``decision_every=5`` (2 Hz; 1 = 10 Hz),
+    ``camera_size=(128, 256)``, ``n_frames=4``, ``decision_every=5`` (2 Hz; 1 = 10 Hz), ``frame_every=1``
+    (world steps between a camera's frames: 5 gives frames 0.5 s apart, as NAVSIM's 2 Hz history),
     ``bev_size=128``, ``invalid_action="raise"``, ``terminate_on_collision=True``,
     ``leaderboard_version="2.0"``, ``reference_planner`` (the expert's plan for reward terms that compare
     with it), ``render_mode="rgb_array"``; ``backend="worldmodel", world_model=PATH`` shows the agent
@@ -118,6 +119,8 @@ class LoopDriveEnv(DriveEnv):
             raise ValueError(
                 "backend='worldmodel' needs world_model=PATH (a saved world model) and the 'cameras' observation"
             )
+        if backend == "worldmodel" and options.get("frame_every", 1) != 1:
+            raise ValueError("backend='worldmodel' generates a decision's last frames: frame_every must be 1")
         super().__init__(bev_size=bev_size, **options)
         render_mode = options.get("render_mode")
         self.reference_planner = reference_planner  # the expert's plan, for terms that compare to it

@@ -32,7 +32,12 @@ class InvalidActionError(ValueError):
 
 
 def check_options(
-    action_mode: str, invalid_action: str, observations: Sequence[str], render_mode: str | None, n_frames: int
+    action_mode: str,
+    invalid_action: str,
+    observations: Sequence[str],
+    render_mode: str | None,
+    n_frames: int,
+    frame_every: int = 1,
 ) -> None:
     """Raise ``ValueError`` naming the first bad constructor argument."""
     if action_mode not in ("trajectory", "control"):
@@ -46,6 +51,8 @@ def check_options(
         raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
     if n_frames < 1:
         raise ValueError(f"n_frames must be >= 1, got {n_frames}")
+    if frame_every < 1:
+        raise ValueError(f"frame_every must be >= 1 (world steps of 0.1 s between frames), got {frame_every}")
 
 
 def load_scenarios(bank: str, scenario: str | Scenario | None, split: str | None) -> tuple[list[Scenario], str, str]:

@@ -44,6 +44,7 @@ class EvalConfig(BaseModel):
     # (128, 256). A model given more or fewer frames than it learnt from reads a different input.
     decision_every: int | None = Field(None, ge=1)
     n_frames: int | None = Field(None, ge=1)
+    frame_every: int | None = Field(None, ge=1, description="world steps (0.1 s) between a camera's frames")
     camera_size: tuple[int, int] | None = None
     leaderboard_version: str = "2.0"
     extra_metrics: list[str] = Field(default_factory=list)
@@ -72,12 +73,11 @@ class EvalConfig(BaseModel):
         from agents.loading import trained_observation
 
         trained = trained_observation(self.agent)
-        if (
-            trained is not None
-            and self.n_frames is not None
-            and (why := trained.other_frames(self.n_frames, self.agent))
-        ):
-            raise ValueError(f"n_frames: {why}; leave n_frames out to evaluate it on its own")
+        if trained is not None and (self.n_frames is not None or self.frame_every is not None):
+            n_frames = trained.n_frames if self.n_frames is None else self.n_frames
+            frame_every = trained.frame_every if self.frame_every is None else self.frame_every
+            if why := trained.other_frames(n_frames, self.agent, frame_every):
+                raise ValueError(f"n_frames: {why}; leave n_frames and frame_every out to evaluate it on its own")
         if trained is None and self.agent.startswith("vla:") and self.n_frames is None:
             warnings.warn(
                 f"{self.agent} records no training set-up (saved before SFT recorded it): rendering"
@@ -89,6 +89,8 @@ class EvalConfig(BaseModel):
             self.decision_every = own.decision_every
         if self.n_frames is None:
             self.n_frames = own.n_frames
+        if self.frame_every is None:
+            self.frame_every = own.frame_every
         if self.camera_size is None:
             self.camera_size = own.camera_size
         return self
@@ -138,6 +140,8 @@ class EvalConfig(BaseModel):
     def identity(self) -> dict[str, Any]:
         """The fields that decide episode results (not how they are computed or shown)."""
         keep = ("bank", "split", "agent", "decision_every", "n_frames", "camera_size", "leaderboard_version")
+        if self.frame_every != 1:  # (runs from before frame_every keep their identity)
+            keep += ("frame_every",)
         if self.backend != "embedded":  # (embedded runs keep the identity they had before backends existed)
             keep += ("backend", "world_model", "world_model_noise")
         if self.agent_threads != 1:  # (likewise runs from before the thread policy)

@@ -107,6 +107,7 @@ class EpisodeRunner:
                 observations=tuple(wanted),
                 decision_every=c.decision_every,
                 n_frames=c.n_frames,
+                frame_every=c.frame_every,
                 camera_size=tuple(c.camera_size),
                 leaderboard_version=c.leaderboard_version,
                 rewards=c.rewards,

@@ -46,6 +46,7 @@ def run_demo(
         d = recipe.data
         setup = {
             "n_frames": d.n_frames,
+            "frame_every": d.frame_every,
             "decision_every": d.decision_every,
             "rigs": [d.rig],
             "camera_size": tuple(d.camera_size),

@@ -20,7 +20,7 @@ import numpy as np
 from rewards.terms import ade
 from training.checkpoints import checkpoint_dir, publish_final
 from training.data import DatasetError, DrivingDataset, collect
-from training.loop import EpochSampler, WeightedSampler
+from training.loop import EpochSampler, WeightedSampler, meta_action_weights
 from training.recipes import SFTRecipe
 
 
@@ -94,7 +94,7 @@ class MixedBatches:
 
     def __init__(self, expert: DrivingDataset, recipe: SFTRecipe) -> None:
         self.expert, self.recipe = expert, recipe
-        self.sampler = EpochSampler(len(expert), recipe.seed)
+        self.sampler = self._expert_sampler()
         self.rounds: list[DrivingDataset] = []
         self.on_policy: EpochSampler | None = None
         self._offsets = np.zeros(1, int)
@@ -104,12 +104,22 @@ class MixedBatches:
         self._offsets = np.cumsum([0, *(len(d) for d in self.rounds)])
         self.on_policy = self._on_policy_sampler()
 
+    def _expert_sampler(self, **position: int) -> EpochSampler | WeightedSampler:
+        weights = self.recipe.train.meta_action_weights
+        if not weights:  # each sample once per epoch
+            return EpochSampler(len(self.expert), self.recipe.seed, **position)
+        return WeightedSampler(meta_action_weights(self.expert, weights), self.recipe.seed, **position)
+
     def _on_policy_sampler(self, **position: int) -> EpochSampler | WeightedSampler:
         seed = self.recipe.seed + 1000 * len(self.rounds)
-        if self.recipe.dagger.focus == "uniform":
+        weights = self.recipe.train.meta_action_weights
+        if self.recipe.dagger.focus == "uniform" and not weights:
             return EpochSampler(int(self._offsets[-1]), seed, **position)
-        wrong = np.concatenate([disagreement(d) for d in self.rounds])
-        return WeightedSampler(wrong + wrong.mean(), seed, **position)  # half the draws uniform, half by how wrong
+        w = np.concatenate([meta_action_weights(d, weights) for d in self.rounds])
+        if self.recipe.dagger.focus == "disagreement":  # half the draws uniform, half by how wrong
+            wrong = np.concatenate([disagreement(d) for d in self.rounds])
+            w = w * (wrong + wrong.mean())
+        return WeightedSampler(w, seed, **position)
 
     def next(self, batch_size: int) -> tuple[list[dict[str, Any]], list[str], np.ndarray]:
         if self.on_policy is None:
@@ -133,7 +143,7 @@ class MixedBatches:
 
     def restore(self, state: dict[str, Any], run_dir: Path) -> None:
         """A checkpoint's positions, and the data of the rounds it had reached."""
-        self.sampler = EpochSampler(len(self.expert), self.recipe.seed, **state["sampler"])
+        self.sampler = self._expert_sampler(**state["sampler"])
         for r in range(1, state.get("dagger_rounds", 0) + 1):
             self.add_round(DrivingDataset(round_data(run_dir, r), max_gb=self.recipe.data.max_gb))
         if state.get("dagger_sampler"):

@@ -3,7 +3,9 @@ the seeded order they read it in, and the learning-rate schedule."""
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -42,20 +44,37 @@ class EpochSampler:
 
 class WeightedSampler:
     """Batches drawn with replacement in proportion to ``weights`` (all zero: uniformly), each from its
-    own seeded stream, so the count of batches drawn is the whole state."""
+    own seeded stream, so the count of batches drawn is its position (``drawn`` counts the samples,
+    for the epoch a trainer logs)."""
 
-    def __init__(self, weights: np.ndarray, seed: int, draws: int = 0) -> None:
+    def __init__(self, weights: np.ndarray, seed: int, draws: int = 0, drawn: int = 0) -> None:
         w = np.asarray(weights, np.float64)
         w = w if w.sum() > 0 else np.ones_like(w)
-        self.p, self.seed, self.draws = w / w.sum(), seed, draws
+        self.p, self.seed, self.draws, self.drawn = w / w.sum(), seed, draws, drawn
 
     def next(self, batch: int) -> np.ndarray:
         out = seeded_rng(self.seed, self.draws).choice(len(self.p), size=batch, p=self.p)
-        self.draws += 1
+        self.draws, self.drawn = self.draws + 1, self.drawn + batch
         return out
 
+    @property
+    def epoch(self) -> int:
+        """Whole passes' worth of samples drawn so far."""
+        return self.drawn // len(self.p)
+
     def state(self) -> dict[str, int]:
-        return {"draws": self.draws}
+        return {"draws": self.draws, "drawn": self.drawn}
+
+
+def meta_action_weights(data: DrivingDataset, weights: Mapping[str, float]) -> np.ndarray:
+    """Each sample's draw weight: the largest of ``weights`` over the meta-actions its target shows
+    (1 where it shows none of them), so a rare manoeuvre is seen as often as its weight says."""
+    out = np.ones(len(data))
+    if weights:
+        for i, labels in enumerate(data.text["meta_actions"][: len(data)]):
+            shown = [weights[a] for a in json.loads(labels) if a in weights] if labels else []
+            out[i] = max(shown, default=1.0)
+    return out
 
 
 def learning_rate(step: int, cfg: TrainSection, total: int | None = None) -> float:

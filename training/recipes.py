@@ -29,12 +29,16 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from agents.vla.config import VLAConfig
 from evaluation.config import read_toml
+from rewards.meta_actions import LATERAL, LONGITUDINAL
 from training.data.settings import CollectSettings
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+
+META_ACTIONS = LONGITUDINAL + LATERAL
 
 
 class RecipeError(ValueError):
@@ -80,6 +84,10 @@ class TrainSection(_Section):
     flow_prompt_only: float = Field(0.0, ge=0, le=1)
     # the share of those draws that see only the state token: what context guidance needs
     flow_unconditional: float = Field(0.0, ge=0, le=1)
+    # draw a sample whose target shows one of these meta-actions that many times as often as the others
+    # (the largest weight it has): the expert's lane changes are 6% of its samples, and a plan that never
+    # leaves its lane is what most samples teach
+    meta_action_weights: dict[str, float] = Field(default_factory=dict)
     # the weights that move: "vlm" with flow_weight = 0 is text-only post-training (the action expert frozen)
     parts: Literal["both", "vlm", "expert"] = "both"
     two_stage: bool = False  # stage 1: VLM (text); stage 2: action expert with the VLM frozen
@@ -93,6 +101,12 @@ class TrainSection(_Section):
             )
         if self.text_weight == 0 and self.flow_weight == 0:
             raise ValueError("text_weight and flow_weight are both 0: nothing would be learned")
+        for name, weight in self.meta_action_weights.items():
+            if name not in META_ACTIONS:
+                known = ", ".join(META_ACTIONS)
+                raise ValueError(f"meta_action_weights: {name!r} is not a meta-action (one of {known})")
+            if not weight > 0:
+                raise ValueError(f"meta_action_weights.{name}: {weight} must be > 0")
         return self
 
     bf16: bool = True  # on CUDA only

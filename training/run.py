@@ -67,6 +67,7 @@ def make_evaluator(
             workers=e.workers,
             rigs=[d.rig],
             n_frames=d.n_frames,
+            frame_every=d.frame_every,
             decision_every=decision_every,
             camera_size=tuple(d.camera_size),
             episode_timeout_s=3600,

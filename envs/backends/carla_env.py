@@ -89,7 +89,7 @@ class CarlaDriveEnv(DriveEnv):
             )
         if self._frames is None:  # the server's images are the video too
             h, w = self.rig[0].height, self.rig[0].width
-            self._frames = np.zeros((len(self.rig), self.n_frames, h, w, 3), np.uint8)
+            self._frames = np.zeros((len(self.rig), self.frame_slots, h, w, 3), np.uint8)
         self.address = (carla_host, int(carla_port), int(carla_tm_port), float(carla_timeout_s))
         self.retry = carla_retry if isinstance(carla_retry, RetryPolicy) else RetryPolicy(**(carla_retry or {}))
         self.restart = docker_restart(carla_container) if carla_container else None

@@ -163,6 +163,39 @@ def test_rigs_and_resolution_are_configurable():
         gym.make("LoopDrive-v0", rig="fisheye")
 
 
+@pytest.mark.parametrize(("frame_every", "decision_every"), [(5, 5), (10, 5), (2, 5), (3, 2)])
+def test_frames_frame_every_apart_are_the_frames_of_those_world_steps(frame_every, decision_every):
+    """The same drive (constant control) seen at 10 Hz, one frame a step, gives every frame each
+    observation must hold: n_frames of them, frame_every steps apart, the newest of the decision's last
+    step, and the first one repeated until the episode has that much past."""
+
+    def drive(**options):
+        env = gym.make(
+            "LoopDrive-v0",
+            action_mode="control",
+            rig="front_only",
+            camera_size=(28, 56),
+            observations=("cameras",),
+            scenario="lead_brake-000",
+            **options,
+        )
+        obs, _ = env.reset(seed=0)
+        seen = [obs["cameras"]]
+        for _ in range(24 // options["decision_every"]):
+            seen.append(env.step(np.array([0.5, 0.02], np.float32))[0]["cameras"])
+        return seen
+
+    steps = [o[:, -1] for o in drive(n_frames=1, decision_every=1)]  # the frame of every world step
+    for d, obs in enumerate(drive(n_frames=3, frame_every=frame_every, decision_every=decision_every)):
+        now = d * decision_every
+        want = np.stack([steps[max(now - back * frame_every, 0)] for back in (2, 1, 0)], 1)
+        np.testing.assert_array_equal(obs, want, err_msg=f"decision {d}")
+    with pytest.raises(ValueError, match="frame_every must be >= 1"):
+        gym.make("LoopDrive-v0", frame_every=0)
+    with pytest.raises(ValueError, match=r"worldmodel.*frame_every must be 1"):
+        gym.make("LoopDrive-v0", backend="worldmodel", world_model="model", frame_every=5)
+
+
 def test_bad_construction_arguments_are_clear():
     with pytest.raises(ValueError, match="unknown backend 'mujoco'"):
         gym.make("LoopDrive-v0", backend="mujoco")

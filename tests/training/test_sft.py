@@ -166,8 +166,8 @@ def test_tiny_pipeline_collect_sft_evaluate(tmp_path, capsys):
 
 def test_a_trained_vla_is_evaluated_and_fine_tuned_on_the_observations_it_learnt_from(dataset, tmp_path):
     """SFT records its data's observation set-up in the checkpoint; an evaluation renders it unless told
-    otherwise and refuses another frame count, as do a collection it drives and an RL recipe starting
-    from it."""
+    otherwise and refuses another frame count or spacing, as do a collection it drives and an RL recipe
+    starting from it."""
     from pydantic import ValidationError
 
     from evaluation.config import EvalConfig
@@ -178,7 +178,13 @@ def test_a_trained_vla_is_evaluated_and_fine_tuned_on_the_observations_it_learnt
     assert run_main(["--config", str(sft_recipe(tmp_path, dataset, steps=2)), "--run-dir", str(run)]) == 0
     final = run / "checkpoints" / "final"
     recorded = json.loads((final / "vla_config.json").read_text())["vla"]["observation"]
-    assert recorded == {"rig": "alpamayo4", "camera_size": [128, 256], "n_frames": 1, "decision_every": 5}
+    assert recorded == {
+        "rig": "alpamayo4",
+        "camera_size": [128, 256],
+        "n_frames": 1,
+        "decision_every": 5,
+        "frame_every": 1,
+    }
 
     vla = EvalConfig(agent=f"vla:{final}?reasoning=0")
     assert (vla.n_frames, vla.decision_every, vla.camera_size) == (1, 5, (128, 256))
@@ -186,9 +192,14 @@ def test_a_trained_vla_is_evaluated_and_fine_tuned_on_the_observations_it_learnt
     assert EvalConfig(agent=f"vla:{final}", camera_size=(64, 128)).camera_size == (64, 128)  # a free choice
     with pytest.raises(ValidationError, match="trained on 1 frame"):
         EvalConfig(agent=f"vla:{final}", n_frames=4)
+    with pytest.raises(ValidationError, match=r"1 step\(s\) apart .*, not 1 frame\(s\) 5 step\(s\) apart"):
+        EvalConfig(agent=f"vla:{final}", frame_every=5)
     older = tmp_path / "older"  # a VLA saved before SFT recorded its set-up: the default, with a warning
     shutil.copytree(final, older)
     config = json.loads((older / "vla_config.json").read_text())
+    del config["vla"]["observation"]["frame_every"]  # saved before frame_every: frames 1 step apart
+    (older / "vla_config.json").write_text(json.dumps(config))
+    assert EvalConfig(agent=f"vla:{older}").frame_every == 1
     del config["vla"]["observation"]
     (older / "vla_config.json").write_text(json.dumps(config))
     with pytest.warns(UserWarning, match="records no training set-up"):
@@ -198,9 +209,13 @@ def test_a_trained_vla_is_evaluated_and_fine_tuned_on_the_observations_it_learnt
 
     with pytest.raises(DatasetError, match="trained on 1 frame"):  # a VLA collecting (DAgger by hand)
         collect(CollectSettings(agent=f"vla:{final}", bank="smoke", n_frames=4), tmp_path / "d.zarr")
+    with pytest.raises(DatasetError, match="collect with n_frames = 1, frame_every = 1"):
+        collect(CollectSettings(agent=f"vla:{final}", bank="smoke", n_frames=1, frame_every=5), tmp_path / "d.zarr")
     assert not (tmp_path / "d.zarr").exists()
 
     rl = ['algorithm="ppo"', f'init_from="{final}"', f'data.path="{dataset}"']
     assert starting_point(load_recipe(None, [*rl, "data.n_frames=1"]), tmp_path / "rl", resume=False)[1] == final
     with pytest.raises(RecipeError, match=r"data\.n_frames: init_from .* trained on 1 frame"):
         starting_point(load_recipe(None, [*rl, "data.n_frames=4"]), tmp_path / "rl", resume=False)
+    with pytest.raises(RecipeError, match=r"data\.n_frames: init_from .* not 1 frame\(s\) 5 step\(s\) apart"):
+        starting_point(load_recipe(None, [*rl, "data.n_frames=1", "data.frame_every=5"]), tmp_path / "rl", resume=False)

@@ -92,6 +92,43 @@ def test_weighted_draws_follow_their_weights_and_all_zero_weights_draw_uniformly
     np.testing.assert_array_equal(WeightedSampler(np.zeros(4), seed=0).p, np.full(4, 0.25))
 
 
+def test_meta_action_weights_draw_a_rare_manoeuvre_that_much_more_often_and_resume_exactly(
+    dataset, straight_run, tmp_path
+):
+    expert = DrivingDataset(dataset)
+    shown = [set(json.loads(labels)) for labels in expert.text["meta_actions"]]
+    rare = "decelerate"
+    has = np.array([rare in s for s in shown])
+    assert 0 < has.sum() < len(shown) / 2  # some samples show it, most do not
+    weights = [f"train.meta_action_weights={{{rare} = 5.0, accelerate = 2.0}}"]
+    recipe = load_recipe(dagger_recipe(tmp_path, dataset), DAGGER[1::2] + weights)
+
+    def expected(data: DrivingDataset) -> np.ndarray:  # the largest weight a sample's labels show, else 1
+        labels = [set(json.loads(x)) for x in data.text["meta_actions"]]
+        return np.array([5.0 if rare in x else 2.0 if "accelerate" in x else 1.0 for x in labels])
+
+    want = expected(expert)
+    batches = dagger.MixedBatches(expert, recipe)
+    np.testing.assert_allclose(batches.sampler.p, want / want.sum())
+    drawn = np.concatenate([batches.sampler.next(64) for _ in range(60)])
+    np.testing.assert_allclose(has[drawn].mean(), (want * has).sum() / want.sum(), atol=0.03)
+    for r in (1, 2):  # the rounds' samples are weighted by their labels too
+        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)))
+    on_policy = np.concatenate([expected(d) for d in batches.rounds])
+    assert len(set(on_policy)) > 1
+    np.testing.assert_allclose(batches.on_policy.p, on_policy / on_policy.sum())
+    # a checkpoint's state gives the same draws again
+    state, targets = batches.state(), [batches.next(8)[2] for _ in range(3)]
+    again = dagger.MixedBatches(DrivingDataset(dataset), recipe)
+    again.restore(state, straight_run)
+    for target in targets:
+        np.testing.assert_array_equal(again.next(8)[2], target)
+    with pytest.raises(RecipeError, match="'swerve' is not a meta-action"):
+        load_recipe(dagger_recipe(tmp_path, dataset), ["train.meta_action_weights={swerve = 2.0}"])
+    with pytest.raises(RecipeError, match=r"meta_action_weights\.stop: 0\.0 must be > 0"):
+        load_recipe(dagger_recipe(tmp_path, dataset), ["train.meta_action_weights={stop = 0.0}"])
+
+
 def test_focus_refuses_round_data_without_the_policys_plans(dataset, straight_run, tmp_path):
     import shutil
 

@@ -54,6 +54,7 @@ def dataset_card(path: str | Path) -> dict[str, Any]:
         "camera_size": cfg["camera_size"],
         "image_size": cfg["image_size"],
         "n_frames": cfg["n_frames"],
+        "frame_every": cfg.get("frame_every", 1),
         "decision_every": cfg["decision_every"],
         "source": {
             "bank": cfg["bank"],

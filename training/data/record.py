@@ -149,8 +149,10 @@ def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None)
     from rewards.scene import scene_facts
 
     trained = trained_observation(cfg.agent)  # a VLA that drives sees what it learnt from
-    if trained is not None and (why := trained.other_frames(cfg.n_frames, cfg.agent)):
-        raise DatasetError(f"n_frames: {why}; collect with n_frames = {trained.n_frames}")
+    if trained is not None and (why := trained.other_frames(cfg.n_frames, cfg.agent, cfg.frame_every)):
+        raise DatasetError(
+            f"n_frames: {why}; collect with n_frames = {trained.n_frames}, frame_every = {trained.frame_every}"
+        )
     out = Path(out)
     group = zarr.open_group(out, mode="a")
     settings = _settings(cfg)
@@ -175,6 +177,7 @@ def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None)
         rig=cfg.rig,
         camera_size=tuple(cfg.camera_size),
         n_frames=cfg.n_frames,
+        frame_every=cfg.frame_every,
         decision_every=cfg.decision_every,
         observations=("cameras", "ego_history", "ego_state", "route", "command"),
     )

@@ -24,6 +24,7 @@ class CollectSettings(BaseModel):
     camera_size: tuple[int, int] = Field((128, 256), description="rendered camera size (H, W), as in evaluation")
     image_size: tuple[int, int] = Field((56, 112), description="stored image size (H, W): the VLA's input")
     n_frames: int = Field(4, ge=1, description="frames per camera in an observation")
+    frame_every: int = Field(1, ge=1, description="world steps (0.1 s) between a camera's frames")
     decision_every: int = Field(5, ge=1, description="world steps (0.1 s) per decision")
     teacher: str = Field(
         "template", description="template, template_standing, or a critic spec whose LM writes the reasoning"

@@ -25,7 +25,8 @@ def starting_point(recipe: GRPORecipe | PPORecipe, run_dir: Path, resume: bool) 
     if recipe.rl.threads:
         torch.set_num_threads(recipe.rl.threads)
     trained = recorded_observation(recipe.init_from)
-    if trained is not None and (why := trained.other_frames(recipe.data.n_frames, recipe.init_from)):
+    d = recipe.data
+    if trained is not None and (why := trained.other_frames(d.n_frames, recipe.init_from, d.frame_every)):
         raise RecipeError(f"data.n_frames: init_from {why}")
     clean_stale(run_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
@@ -63,6 +64,7 @@ def env_config(
         "split": rl.split,
         "rig": d.rig,
         "n_frames": d.n_frames,
+        "frame_every": d.frame_every,
         "decision_every": d.decision_every,
         "camera_size": list(d.camera_size),
         "observations": list(DEFAULT_OBSERVATIONS),

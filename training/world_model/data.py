@@ -31,6 +31,11 @@ class FrameSequences:
     def __init__(self, dataset: DrivingDataset, context: int, val_fraction: float = 0.1) -> None:
         a = dataset.arrays
         card = dataset.card
+        if card.get("frame_every", 1) != 1:  # the world-model backend draws a decision's last frames
+            raise ValueError(
+                f"{dataset.path}: frames {card['frame_every']} steps apart; a world model learns from "
+                "frame_every = 1 data (the frames it generates are a decision's last)"
+            )
         self.decision_every = int(card["decision_every"])
         self.cameras = a["cameras"]  # [N, cams, F, H, W, 3]
         self.context = context
