@@ -84,6 +84,9 @@ class TrainSection(_Section):
     flow_prompt_only: float = Field(0.0, ge=0, le=1)
     # the share of those draws that see only the state token: what context guidance needs
     flow_unconditional: float = Field(0.0, ge=0, le=1)
+    # the share of those draws whose state token hides the ego motion (speed, acceleration, yaw rate, steering),
+    # which the context still carries (ego history, cameras): against a head that leans on its speed input
+    flow_motion_dropout: float = Field(0.0, ge=0, le=1)
     # draw a sample whose target shows one of these meta-actions that many times as often as the others
     # (the largest weight it has): the expert's lane changes are 6% of its samples, and a plan that never
     # leaves its lane is what most samples teach

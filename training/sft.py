@@ -113,6 +113,10 @@ def train_sft(
             raise ValueError("train.flow_unconditional: context guidance is a LoopDrive VLA option; set it to 0")
         options["unconditional"] = cfg.flow_unconditional
         model.config.flow_unconditional = cfg.flow_unconditional  # its checkpoints can be guided
+    if cfg.flow_motion_dropout > 0:
+        if isinstance(model, AlpamayoR1):
+            raise ValueError("train.flow_motion_dropout: the state token is a LoopDrive VLA part; set it to 0")
+        options["motion_dropout"] = cfg.flow_motion_dropout
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

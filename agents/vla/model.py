@@ -155,6 +155,7 @@ _EGO_SCALE = np.array([20.0, 5.0, 0.5, 0.5, 20.0, 2.0, 0.5], np.float32)  # spee
 
 
 _ROUTE_ERRORS = slice(5, 7)  # the ego state's lateral and heading error to the route
+EGO_MOTION = slice(0, 4)  # the state token's speed, acceleration, yaw rate and steering
 
 
 def state_features(obs: dict[str, Any], route: bool = True, command: bool = True) -> np.ndarray:
@@ -555,6 +556,7 @@ class VLA(nn.Module, TrainableParts):
         flow_samples: int = 1,
         prompt_only: float = 0.0,
         unconditional: float = 0.0,
+        motion_dropout: float = 0.0,
     ) -> dict[str, torch.Tensor]:
         """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing).
 
@@ -565,7 +567,11 @@ class VLA(nn.Module, TrainableParts):
         without reasoning meets: the cache is causal, so masking the reasoning's positions gives
         exactly the prompt's cache, at no extra cost. ``unconditional`` is the share (another seeded coin
         per draw) that sees none of the VLM's context, only the state token: the field context
-        guidance compares against (:func:`agents.vla.flow.guided_velocity`)."""
+        guidance compares against (:func:`agents.vla.flow.guided_velocity`). ``motion_dropout`` is the
+        share (a third coin per draw) whose state token hides the ego motion (speed, acceleration, yaw
+        rate, steering read as the data's mean), which the context's ego-history tokens and cameras
+        still carry: a head that leans on its speed input copies what most samples at that speed do
+        (Codevilla et al. 2019's inertia problem)."""
         batch = self.prepare(observations, reasoning)
         out = self._vlm_forward(self._vlm_inputs(batch), use_cache=True)
         logits, labels = out.logits[:, :-1], batch["labels"][:, 1:]
@@ -585,6 +591,11 @@ class VLA(nn.Module, TrainableParts):
         if unconditional > 0:
             blind = torch.rand(len(mask), generator=generator, device=mask.device) < unconditional
             mask = mask.masked_fill(blind[:, None], 0)
+        if motion_dropout > 0:
+            hide = torch.rand(len(state), generator=generator, device=state.device) < motion_dropout
+            motion = torch.zeros(state.shape[1], dtype=torch.bool, device=state.device)
+            motion[EGO_MOTION] = True
+            state = state.masked_fill(hide[:, None] & motion[None], 0.0)  # standardised: 0 is the data's mean
         flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state)
         return {"text": text, "flow": flow}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -36,10 +37,19 @@ def test_sft_of_an_alpamayo_checkpoint_trains_resumes_exactly_and_saves_the_rele
     assert AlpamayoR1.from_pretrained(final) is not None  # loads on its own (base VLM files beside it)
 
 
-def test_prompt_only_flow_draws_are_refused_for_an_alpamayo_checkpoint(dataset, tmp_path, capsys):
-    """Alpamayo-R1 always plans after its reasoning: a share of prompt-only flow draws has no meaning there."""
+@pytest.mark.parametrize(
+    ("option", "why"),
+    [
+        ("flow_prompt_only", "an Alpamayo-R1 policy always plans after its reasoning"),
+        ("flow_unconditional", "context guidance is a LoopDrive VLA option"),
+        ("flow_motion_dropout", "the state token is a LoopDrive VLA part"),
+    ],
+)
+def test_loopdrive_vla_flow_options_are_refused_for_an_alpamayo_checkpoint(dataset, tmp_path, capsys, option, why):
+    """Alpamayo-R1 always plans after its reasoning and has no state token: a share of prompt-only,
+    state-only or motion-hidden flow draws has no meaning there."""
     recipe = sft_recipe(tmp_path, dataset, steps=1)
     recipe.write_text(f'init_from = "{CHECKPOINT}"\n' + recipe.read_text())
-    run = ["--config", str(recipe), "--run-dir", str(tmp_path / "run"), "--set", "train.flow_prompt_only=0.5"]
+    run = ["--config", str(recipe), "--run-dir", str(tmp_path / "run"), "--set", f"train.{option}=0.5"]
     assert run_main(run) == 2
-    assert "train.flow_prompt_only: an Alpamayo-R1 policy always plans after its reasoning" in capsys.readouterr().err
+    assert f"train.{option}: {why}" in capsys.readouterr().err

@@ -241,6 +241,33 @@ def test_unconditional_flow_draws_see_the_state_token_alone(model, observations)
         torch.testing.assert_close(model.expert(x, t, ctx, torch.zeros_like(mask), batch["state"]), none)
 
 
+def test_motion_dropout_hides_the_ego_motion_from_the_state_token_and_nothing_else(model, observations):
+    """A draw with the ego motion dropped is the expert given a state token whose speed, acceleration,
+    yaw rate and steering read as the data's mean (0, standardised), the route and command as they
+    are, and the full context; its coin comes after the prompt-only and unconditional ones."""
+    reasoning = ["Stop.", "The road ahead is clear, so keep the current speed in my lane."]
+    target = torch.from_numpy(np.stack([np.cumsum(np.full((64, 3), [0.5, 0.0, 0.0], np.float32), 0)] * 2))
+    c = model.config
+    with torch.no_grad():
+        hidden = model.losses(observations, reasoning, target, torch.Generator().manual_seed(5), motion_dropout=1.0)
+        batch = model.prepare(observations, reasoning)
+        out = model.backbone(**model._vlm_inputs(batch), use_cache=True)
+        ctx = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        actions = action_space.from_trajectory(target, batch["v0"], lateral=c.lateral_action)
+        x1 = action_space.normalise(actions, c.action_mean, c.action_std, c.lateral_action)
+        state = batch["state"].clone()
+        assert state[:, :4].abs().sum() > 0 and state[:, 4:].abs().sum() > 0
+        state[:, :4] = 0.0
+        g = torch.Generator().manual_seed(5)
+        torch.rand(len(observations), generator=g)  # the motion-dropout coins
+        want = flow_matching_loss(model.expert, x1, ctx, batch["attention_mask"], g, state=state)
+        torch.testing.assert_close(hidden["flow"], want, atol=1e-6, rtol=0)
+        g = torch.Generator().manual_seed(5)
+        torch.rand(len(observations), generator=g)
+        seen = flow_matching_loss(model.expert, x1, ctx, batch["attention_mask"], g, state=batch["state"])
+        assert not torch.allclose(seen, hidden["flow"], atol=1e-4)  # the same draws with the motion shown
+
+
 def test_context_guidance_moves_the_plan_along_what_the_context_adds(observations):
     """w = 1 is the plain plan bit for bit; w = 0 on a dimension is the state-only field there; in
     between, the guided velocity is v_s + w (v_c - v_s) per dimension. A head that never trained
