@@ -81,6 +81,12 @@ def stage_of(step: int, cfg: TrainSection) -> int:
 
 
 STAGE_PARTS = {0: "both", 1: "vlm", 2: "expert"}  # what each stage trains
+# [train] field -> (VLA.losses keyword, why an Alpamayo-R1 checkpoint has no such draws)
+FLOW_DRAW_OPTIONS = {
+    "flow_prompt_only": ("prompt_only", "an Alpamayo-R1 policy always plans after its reasoning"),
+    "flow_unconditional": ("unconditional", "context guidance is a LoopDrive VLA option"),
+    "flow_motion_dropout": ("motion_dropout", "the state token is a LoopDrive VLA part"),
+}
 
 
 def observation_setup(dataset: DrivingDataset) -> ObservationSetup:
@@ -105,18 +111,14 @@ def train_sft(
             model.config.state_mean, model.config.state_std = state_statistics(dataset, model.config)
         if isinstance(model.config, VLAConfig):  # an evaluation of the model renders what it learnt from
             model.config.observation = observation_setup(dataset)
-    if cfg.flow_prompt_only > 0 and isinstance(model, AlpamayoR1):
-        raise ValueError("train.flow_prompt_only: an Alpamayo-R1 policy always plans after its reasoning; set it to 0")
-    options = {"prompt_only": cfg.flow_prompt_only} if cfg.flow_prompt_only > 0 else {}
+    options = {}  # the shares of flow draws VLA.losses alters, by its keyword
+    for field, (keyword, why_not_alpamayo) in FLOW_DRAW_OPTIONS.items():
+        if (share := getattr(cfg, field)) > 0:
+            if isinstance(model, AlpamayoR1):
+                raise ValueError(f"train.{field}: {why_not_alpamayo}; set it to 0")
+            options[keyword] = share
     if cfg.flow_unconditional > 0:
-        if isinstance(model, AlpamayoR1):
-            raise ValueError("train.flow_unconditional: context guidance is a LoopDrive VLA option; set it to 0")
-        options["unconditional"] = cfg.flow_unconditional
         model.config.flow_unconditional = cfg.flow_unconditional  # its checkpoints can be guided
-    if cfg.flow_motion_dropout > 0:
-        if isinstance(model, AlpamayoR1):
-            raise ValueError("train.flow_motion_dropout: the state token is a LoopDrive VLA part; set it to 0")
-        options["motion_dropout"] = cfg.flow_motion_dropout
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -593,9 +593,8 @@ class VLA(nn.Module, TrainableParts):
             mask = mask.masked_fill(blind[:, None], 0)
         if motion_dropout > 0:
             hide = torch.rand(len(state), generator=generator, device=state.device) < motion_dropout
-            motion = torch.zeros(state.shape[1], dtype=torch.bool, device=state.device)
-            motion[EGO_MOTION] = True
-            state = state.masked_fill(hide[:, None] & motion[None], 0.0)  # standardised: 0 is the data's mean
+            state = state.clone()
+            state[hide, EGO_MOTION] = 0.0  # standardised: 0 is the data's mean
         flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state)
         return {"text": text, "flow": flow}
 
