@@ -60,7 +60,7 @@ def measure(model, observations, args, dtype) -> list[dict]:
                 steps,
                 device=args.device,
                 dtype=dtype,
-                state=data["state"],
+                state=model.planning_state(data),
                 guidance=args.guidance,
             ),
             args.device,

@@ -19,7 +19,7 @@ import numpy as np
 
 from rewards.terms import ade
 from training.checkpoints import checkpoint_dir, publish_final
-from training.data import DatasetError, DrivingDataset, collect
+from training.data import DatasetError, DrivingDataset, SampleBatch, collect
 from training.loop import EpochSampler, WeightedSampler, meta_action_weights
 from training.recipes import SFTRecipe
 
@@ -121,18 +121,15 @@ class MixedBatches:
             w = w * (wrong + wrong.mean())
         return WeightedSampler(w, seed, **position)
 
-    def next(self, batch_size: int) -> tuple[list[dict[str, Any]], list[str], np.ndarray]:
+    def next(self, batch_size: int) -> SampleBatch:
         if self.on_policy is None:
             return self.expert.batch(self.sampler.next(batch_size))
         n_expert = int(round(self.recipe.dagger.expert_fraction * batch_size))
-        obs, text, target = self.expert.batch(self.sampler.next(n_expert)) if n_expert else ([], [], [])
-        targets = [target] if n_expert else []
+        parts = [self.expert.batch(self.sampler.next(n_expert))] if n_expert else []
         for i in self.on_policy.next(batch_size - n_expert):
             r = int(np.searchsorted(self._offsets, i, side="right") - 1)
-            o, t, y = self.rounds[r].batch([i - self._offsets[r]])
-            obs, text = obs + o, text + t
-            targets.append(y)
-        return obs, text, np.concatenate(targets)
+            parts.append(self.rounds[r].batch([i - self._offsets[r]]))
+        return SampleBatch.concatenate(parts)
 
     def __len__(self) -> int:
         return len(self.expert) + int(self._offsets[-1])

@@ -91,6 +91,9 @@ class TrainSection(_Section):
     # (the largest weight it has): the expert's lane changes are 6% of its samples, and a plan that never
     # leaves its lane is what most samples teach
     meta_action_weights: dict[str, float] = Field(default_factory=dict)
+    # weight of the perception probe's loss: the image tokens regress what is ahead (the car in the lane, its
+    # gap and closing speed, a red light; agents/vla/perception.py), recorded with the data. 0: no probe
+    perception_weight: float = Field(0.0, ge=0)
     # the weights that move: "vlm" with flow_weight = 0 is text-only post-training (the action expert frozen)
     parts: Literal["both", "vlm", "expert"] = "both"
     two_stage: bool = False  # stage 1: VLM (text); stage 2: action expert with the VLM frozen

@@ -29,19 +29,23 @@ from agents.vla.config import VLAConfig
 from agents.vla.model import state_features
 from training import dagger
 from training.checkpoints import Checkpointer, latest_checkpoint, restore_trainer
-from training.data import DrivingDataset
+from training.data import DatasetError, DrivingDataset
 from training.loop import learning_rate, prepare_run
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, finish, last_step_of_this_run
 from training.recipes import SFTRecipe, TrainSection
 
 
-def build_model(recipe: SFTRecipe) -> VLA | AlpamayoR1:
-    """The recipe's start: a saved VLA or Alpamayo-R1 checkpoint (``init_from``), or a fresh VLA."""
+def build_model(recipe: SFTRecipe, dataset: DrivingDataset) -> VLA | AlpamayoR1:
+    """The recipe's start: a saved VLA or Alpamayo-R1 checkpoint (``init_from``), or a fresh VLA (with
+    the perception probe ``perception_weight`` trains, sized by the data, built in)."""
     if recipe.init_from:
         return load_policy(recipe.init_from)
+    config = recipe.model.model_copy()
+    if recipe.train.perception_weight > 0:
+        config.perception_targets = perception_width(dataset)
     torch.manual_seed(recipe.seed)
-    return VLA(recipe.model.model_copy())
+    return VLA(config)
 
 
 def action_statistics(
@@ -66,7 +70,7 @@ def state_statistics(dataset: DrivingDataset, config: VLAConfig, limit: int = 40
     """Mean and std of the action expert's state-token features as ``config`` reads them (constant
     features, such as the ones it does not read, get std 1)."""
     idx = np.linspace(0, len(dataset) - 1, min(limit, len(dataset))).astype(int)
-    observations, _, _ = dataset.batch(idx)
+    observations = dataset.batch(idx).observations
     feats = np.stack([state_features(o, config.route_inputs, config.command_input) for o in observations])
     feats = feats.astype(np.float64)
     std = feats.std(0)
@@ -89,6 +93,23 @@ FLOW_DRAW_OPTIONS = {
 }
 
 
+def perception_width(dataset: DrivingDataset) -> int:
+    """How many perception targets the data records, for the probe ``[train] perception_weight`` trains."""
+    if "perception" not in dataset.arrays:
+        raise DatasetError(
+            f"{dataset.path}: no perception array (collected before 2026-11-27); train.perception_weight needs "
+            "one: collect the data again into a new path, or set it to 0"
+        )
+    return dataset.arrays["perception"].shape[1]
+
+
+def add_perception_probe(model: VLA | AlpamayoR1, dataset: DrivingDataset) -> None:
+    """The perception probe ``[train] perception_weight`` trains (a checkpoint without one gets a fresh one)."""
+    if isinstance(model, AlpamayoR1):
+        raise ValueError("train.perception_weight: the perception probe is a LoopDrive VLA part; set it to 0")
+    model.add_perception_probe(perception_width(dataset))
+
+
 def observation_setup(dataset: DrivingDataset) -> ObservationSetup:
     """The observation set-up of a dataset's samples, as the model trained on them records it."""
     return ObservationSetup(**{k: dataset.card[k] for k in ObservationSetup.model_fields})
@@ -105,13 +126,13 @@ def train_sft(
     if ckpt is not None:
         model = load_policy(ckpt)
     else:
-        model = build_model(recipe)
+        model = build_model(recipe, dataset)
         if not recipe.init_from:  # a fresh flow head works on the data's standardised actions
             model.config.action_mean, model.config.action_std = action_statistics(dataset, model.config.lateral_action)
             model.config.state_mean, model.config.state_std = state_statistics(dataset, model.config)
         if isinstance(model.config, VLAConfig):  # an evaluation of the model renders what it learnt from
             model.config.observation = observation_setup(dataset)
-    options = {}  # the shares of flow draws VLA.losses alters, by its keyword
+    options = {}  # VLA.losses' keywords: the shares of flow draws it alters (and the batch's perception targets)
     for field, (keyword, why_not_alpamayo) in FLOW_DRAW_OPTIONS.items():
         if (share := getattr(cfg, field)) > 0:
             if isinstance(model, AlpamayoR1):
@@ -119,6 +140,8 @@ def train_sft(
             options[keyword] = share
     if cfg.flow_unconditional > 0:
         model.config.flow_unconditional = cfg.flow_unconditional  # its checkpoints can be guided
+    if cfg.perception_weight > 0:
+        add_perception_probe(model, dataset)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -157,23 +180,28 @@ def train_sft(
         lr = learning_rate(step, cfg, total)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        sums = {"text": 0.0, "flow": 0.0}
+        weights = {"text": w_text, "flow": w_flow}
+        if cfg.perception_weight > 0:  # the probe trains the VLM's image tokens, so only while the VLM does
+            weights["perception"] = cfg.perception_weight if stage in (0, 1) else 0.0
+        sums = dict.fromkeys(weights, 0.0)
         for _ in range(cfg.grad_accum):
-            obs, reasoning, target = batches.next(cfg.batch_size)
+            batch = batches.next(cfg.batch_size)
+            if "perception" in weights:  # only a VLA with a probe takes them (an Alpamayo-R1 was refused above)
+                options["perception"] = torch.from_numpy(batch.perception)
             with autocast:
                 losses = model.losses(
-                    obs,
-                    reasoning,
-                    torch.from_numpy(target).to(device),
+                    batch.observations,
+                    batch.reasoning,
+                    torch.from_numpy(batch.targets).to(device),
                     generator=noise,
                     flow_samples=cfg.flow_samples,
                     **options,
                 )
-            loss = (w_text * losses["text"] + w_flow * losses["flow"]) / cfg.grad_accum
+            loss = sum(w * losses[k] for k, w in weights.items()) / cfg.grad_accum
             loss.backward()
             for k in sums:
                 sums[k] += float(losses[k].detach()) / cfg.grad_accum
-            seen += len(obs)
+            seen += len(batch.observations)
         grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -182,8 +210,7 @@ def train_sft(
         bar.set_postfix(text=f"{sums['text']:.3f}", flow=f"{sums['flow']:.3f}", refresh=False)
         if step % cfg.log_every == 0 or step == total:
             last = {
-                "loss/text": sums["text"],
-                "loss/flow": sums["flow"],
+                **{f"loss/{k}": v for k, v in sums.items()},
                 "lr": lr,
                 "grad_norm": float(grad_norm),
                 "stage": stage,

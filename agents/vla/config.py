@@ -48,6 +48,17 @@ class VLAConfig(BaseModel):
         description="the share of the flow head's training draws that saw only the state token, none of the "
         "VLM's context; > 0 makes context guidance (the agent's guidance option) available. Set by SFT",
     )
+    perception_targets: int = Field(
+        0,
+        ge=0,
+        description="how many privileged targets the perception probe on the image tokens regresses "
+        "(training.data.labels.PERCEPTION_TARGETS); 0: no probe. Set by SFT's [train] perception_weight",
+    )
+    perception_in_state: bool = Field(
+        False,
+        description="the action expert's state token also carries what the perception probe reads off the image "
+        "tokens (its targets), beside speed, route and command: the head reads those inputs, not the cameras",
+    )
     # statistics of the training data (None: fixed scales); filled by SFT from its dataset
     action_mean: tuple[float, float] | None = None  # (accel, the lateral action)
     action_std: tuple[float, float] | None = None

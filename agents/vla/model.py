@@ -38,6 +38,7 @@ from agents.vla.flow import (
     sample_ode,
     sample_sde,
 )
+from agents.vla.perception import PerceptionProbe
 from agents.vla.positions import RopePositions
 from agents.vla.tokenizer import (
     COMMANDS,
@@ -50,6 +51,7 @@ from agents.vla.tokenizer import (
 )
 
 SYSTEM = "You are a driving assistant."
+PERCEPTION_PROBE_FILE = "perception_probe.safetensors"  # beside action_expert.safetensors, when there is a probe
 INSTRUCTION = "output the chain-of-thought reasoning of the driving process, then output the future trajectory"
 
 
@@ -205,7 +207,16 @@ class VLA(nn.Module, TrainableParts):
             self.tokenizer = tokenizer or build_tokenizer()
             self.backbone = _backbone(config, self.tokenizer)
         self.tokenizer.padding_side = "left"
-        self.expert = ActionExpert(expert_config or self._expert_config(self.backbone))
+        if config.perception_in_state and not config.perception_targets:
+            raise ValueError(
+                "perception_in_state: the state token reads the perception probe, and there is none "
+                "(SFT builds one with [train] perception_weight > 0)"
+            )
+        perceived = config.perception_targets if config.perception_in_state else 0
+        self.expert = ActionExpert(expert_config or self._expert_config(self.backbone, STATE_FEATURES + perceived))
+        self.perception_probe: PerceptionProbe | None = None
+        if config.perception_targets:
+            self.add_perception_probe(config.perception_targets)
         proc = Qwen2VLImageProcessorPil()  # only its normalisation constants: patchify is vectorised below
         self.pixel_mean = np.asarray(proc.image_mean, np.float32)
         self.pixel_std = np.asarray(proc.image_std, np.float32)
@@ -213,7 +224,7 @@ class VLA(nn.Module, TrainableParts):
         self._positions = RopePositions(self.backbone.model)  # the VLM's rotary ids, once per prompt layout
 
     @staticmethod
-    def _expert_config(backbone: nn.Module) -> ExpertConfig:
+    def _expert_config(backbone: nn.Module, state_dim: int) -> ExpertConfig:
         tc = backbone.config.text_config
         head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
         # the expert shares the backbone's layer count, kv heads and head size (it reads its cache) but is
@@ -227,7 +238,7 @@ class VLA(nn.Module, TrainableParts):
             num_kv_heads=tc.num_key_value_heads,
             head_dim=head_dim,
             intermediate_size=2 * heads * head_dim,
-            state_dim=STATE_FEATURES,
+            state_dim=state_dim,
             state_on_every_token=True,
         )
 
@@ -244,13 +255,29 @@ class VLA(nn.Module, TrainableParts):
     def max_reasoning_tokens(self) -> int:
         return self.config.max_reasoning_tokens
 
-    # the parts a trainer can move: the action expert (the trajectory head), the VLM, or both
+    # the parts a trainer can move: the action expert (the trajectory head), the VLM (with the perception
+    # probe that trains its image tokens, when there is one), or both
     PARTS: ClassVar[dict[str, tuple[str, ...]]] = {
         "expert": ("expert.",),
-        "vlm": ("backbone.",),
-        "both": ("expert.", "backbone."),
+        "vlm": ("backbone.", "perception_probe."),
+        "both": ("expert.", "backbone.", "perception_probe."),
         "none": (),
     }
+
+    def add_perception_probe(self, n_targets: int) -> None:
+        """A fresh probe of ``n_targets`` on the image tokens (:mod:`agents.vla.perception`), seeded by the
+        config's seed; a model that has one keeps it (a different width is refused)."""
+        if self.perception_probe is not None:
+            if self.config.perception_targets != n_targets:
+                raise ValueError(
+                    f"this VLA's perception probe has {self.config.perception_targets} targets, the data {n_targets}"
+                )
+            return
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.config.seed)
+            hidden = self.backbone.config.text_config.hidden_size
+            self.perception_probe = PerceptionProbe(hidden, n_targets).to(self.device)
+        self.config.perception_targets = n_targets
 
     # --- inputs --------------------------------------------------------------------------------------------
     def _prompt(self, obs: dict[str, Any], n_images: int, tokens_per_image: int) -> str:
@@ -337,7 +364,10 @@ class VLA(nn.Module, TrainableParts):
             eos_token_id=stop,
             pad_token_id=pad,
             return_dict_in_generate=True,
+            output_hidden_states=self.config.perception_in_state,
         )
+        if self.config.perception_in_state:
+            self._perceive(batch, out.hidden_states[0])  # the prompt's pass
         prompt_len = batch["input_ids"].shape[1]
         gen = out.sequences[:, prompt_len:]
         texts, keep = [], []
@@ -354,9 +384,29 @@ class VLA(nn.Module, TrainableParts):
     def encode(self, batch: dict[str, Any], grad: bool = False):
         """Prompt only (no reasoning): the cache as expert context, and its mask. Only the cache is used,
         so the vocabulary head runs on the last position alone."""
+        perceive = self.config.perception_in_state
         with torch.set_grad_enabled(grad):
-            out = self._vlm_forward(self._vlm_inputs(batch), use_cache=True, logits_to_keep=1)
+            out = self._vlm_forward(
+                self._vlm_inputs(batch), use_cache=True, logits_to_keep=1, output_hidden_states=perceive
+            )
+            if perceive:
+                self._perceive(batch, out.hidden_states)
         return [(layer.keys, layer.values) for layer in out.past_key_values.layers], batch["attention_mask"]
+
+    def _perceive(self, batch: dict[str, Any], hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
+        """What the perception probe reads off the image tokens of a VLM pass (its hidden states at the
+        input of the last layer; the prompt comes first in every pass), kept as ``batch["perceived"]``
+        for :meth:`planning_state`."""
+        images = batch["mm_token_type_ids"].bool()
+        batch["perceived"] = self.perception_probe(hidden_states[-2][:, : images.shape[1]], images)
+        return batch["perceived"]
+
+    def planning_state(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The state token's input: the ego features, and with ``perception_in_state`` what the probe read
+        in the batch's VLM pass (``encode``, ``reason``, the training and RL passes)."""
+        if not self.config.perception_in_state:
+            return batch["state"]
+        return torch.cat([batch["state"], batch["perceived"].to(batch["state"].dtype)], 1)
 
     def actions_to_trajectory(self, u: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
         c = self.config
@@ -404,7 +454,7 @@ class VLA(nn.Module, TrainableParts):
             steps or self.config.flow_steps,
             generator,
             self.device,
-            state=batch["state"],
+            state=self.planning_state(batch),
             noise_scale=noise_scale,
             guidance=guidance,
         )
@@ -448,7 +498,7 @@ class VLA(nn.Module, TrainableParts):
             stochastic,
             generator,
             self.device,
-            state=batch["state"],
+            state=self.planning_state(batch),
             noise_scale=init_noise,
         )
         traj = self.actions_to_trajectory(u, batch["v0"])
@@ -478,7 +528,10 @@ class VLA(nn.Module, TrainableParts):
                 pad_token_id=self.tokenizer.pad_token_id,
                 return_dict_in_generate=True,
                 output_logits=True,
+                output_hidden_states=self.config.perception_in_state,
             )
+        if self.config.perception_in_state:
+            self._perceive(batch, out.hidden_states[0])  # the prompt's pass
         gen = out.sequences[:, batch["input_ids"].shape[1] :]
         valid = self._until_stop(gen)
         logits = torch.stack(out.logits, 1).float() / temperature
@@ -498,7 +551,7 @@ class VLA(nn.Module, TrainableParts):
     def chain_log_prob(self, observations, chain, smask, noise_level: NoiseLevel = 0.5, train_vlm: bool = False):
         batch = self.prepare(observations)
         ctx, mask = self.encode(batch, grad=train_vlm)
-        return log_prob(self.expert, chain, smask, ctx, mask, noise_level, state=batch["state"])
+        return log_prob(self.expert, chain, smask, ctx, mask, noise_level, state=self.planning_state(batch))
 
     def joint_log_prob(
         self,
@@ -522,14 +575,17 @@ class VLA(nn.Module, TrainableParts):
         inputs["input_ids"] = torch.cat([batch["input_ids"], gen[:, :-1]], 1)
         inputs["attention_mask"] = torch.cat([batch["attention_mask"], valid[:, :-1].long()], 1)
         inputs["mm_token_type_ids"] = torch.cat([batch["mm_token_type_ids"], torch.zeros_like(gen[:, :-1])], 1)
+        perceive = self.config.perception_in_state
         with torch.set_grad_enabled(train_vlm and torch.is_grad_enabled()):
-            out = self._vlm_forward(inputs, use_cache=True)
+            out = self._vlm_forward(inputs, use_cache=True, output_hidden_states=perceive)
+            if perceive:
+                self._perceive(batch, out.hidden_states)
         logits = out.logits[:, prompt_len - 1 : prompt_len - 1 + n_gen].float() / temperature
         lp = torch.log_softmax(logits, -1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
         text_logp = (lp * valid).sum(1)
         ctx = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         traj_logp = log_prob(
-            self.expert, chain, smask, ctx, inputs["attention_mask"], noise_level, state=batch["state"]
+            self.expert, chain, smask, ctx, inputs["attention_mask"], noise_level, state=self.planning_state(batch)
         )
         return text_logp, traj_logp
 
@@ -557,6 +613,7 @@ class VLA(nn.Module, TrainableParts):
         prompt_only: float = 0.0,
         unconditional: float = 0.0,
         motion_dropout: float = 0.0,
+        perception: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing).
 
@@ -571,16 +628,21 @@ class VLA(nn.Module, TrainableParts):
         share (a third coin per draw) whose state token hides the ego motion (speed, acceleration, yaw
         rate, steering read as the data's mean), which the context's ego-history tokens and cameras
         still carry: a head that leans on its speed input copies what most samples at that speed do
-        (Codevilla et al. 2019's inertia problem)."""
+        (Codevilla et al. 2019's inertia problem). ``perception`` ``[B, perception_targets]``: the privileged
+        targets the perception probe regresses from the image tokens (mean squared error, as "perception")."""
         batch = self.prepare(observations, reasoning)
-        out = self._vlm_forward(self._vlm_inputs(batch), use_cache=True)
+        if perception is not None and self.perception_probe is None:
+            raise ValueError("perception targets given, but this VLA has no perception probe (add_perception_probe)")
+        probe = perception is not None or self.config.perception_in_state
+        out = self._vlm_forward(self._vlm_inputs(batch), use_cache=True, output_hidden_states=probe)
+        seen = self._perceive(batch, out.hidden_states) if probe else None
         logits, labels = out.logits[:, :-1], batch["labels"][:, 1:]
         text = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
         ctx = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         c = self.config
         actions = action_space.from_trajectory(trajectories.float(), batch["v0"].float(), lateral=c.lateral_action)
         target = action_space.normalise(actions, c.action_mean, c.action_std, c.lateral_action)
-        mask, state, start = batch["attention_mask"], batch["state"], batch["reasoning_start"]
+        mask, state, start = batch["attention_mask"], self.planning_state(batch), batch["reasoning_start"]
         if flow_samples > 1:
             ctx = [(k.repeat_interleave(flow_samples, 0), v.repeat_interleave(flow_samples, 0)) for k, v in ctx]
             target, mask, state, start = (x.repeat_interleave(flow_samples, 0) for x in (target, mask, state, start))
@@ -596,7 +658,10 @@ class VLA(nn.Module, TrainableParts):
             state = state.clone()
             state[hide, EGO_MOTION] = 0.0  # standardised: 0 is the data's mean
         flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state)
-        return {"text": text, "flow": flow}
+        losses = {"text": text, "flow": flow}
+        if perception is not None:
+            losses["perception"] = F.mse_loss(seen, perception.to(seen))
+        return losses
 
     # --- persistence -------------------------------------------------------------------------------------------
     def save_pretrained(self, path: str | Path) -> None:
@@ -605,6 +670,9 @@ class VLA(nn.Module, TrainableParts):
         self.backbone.save_pretrained(path / "backbone")  # safetensors
         self.tokenizer.save_pretrained(path / "tokenizer")
         save_file({k: v.contiguous() for k, v in self.expert.state_dict().items()}, path / "action_expert.safetensors")
+        if self.perception_probe is not None:
+            weights = {k: v.contiguous() for k, v in self.perception_probe.state_dict().items()}
+            save_file(weights, path / PERCEPTION_PROBE_FILE)
         cfg = self.config.model_dump(mode="json")
         (path / "vla_config.json").write_text(
             json.dumps({"vla": cfg, "expert": self.expert.config.to_dict()}, indent=1)
@@ -628,4 +696,7 @@ class VLA(nn.Module, TrainableParts):
         model = cls(cfg, tok, expert_cfg)
         file = path / "action_expert.safetensors"
         load_strict(model.expert, load_weights(file), file)
+        if model.perception_probe is not None:
+            file = path / PERCEPTION_PROBE_FILE
+            load_strict(model.perception_probe, load_weights(file), file)
         return model.to(device).eval()

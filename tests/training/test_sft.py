@@ -116,6 +116,49 @@ def test_a_head_trained_with_unconditional_draws_is_saved_as_guidable_and_evalua
     assert load_recipe(recipe, []).eval.agent_options() == "reasoning=0&noise=1"
 
 
+def test_the_perception_probe_trains_is_saved_resumes_exactly_and_needs_data_that_records_its_targets(
+    dataset, tmp_path, capsys
+):
+    """``perception_weight`` gives the VLA a probe sized by the data's perception targets, logs its loss,
+    saves it with the checkpoint and resumes it exactly (and builds the wider state token of
+    ``perception_in_state``); data recorded without the targets is refused."""
+    from safetensors.torch import load_file
+
+    from training.data.labels import PERCEPTION_TARGETS
+
+    recipe = sft_recipe(tmp_path, dataset, steps=4, perception_weight=2.0)
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    assert run_main(["--config", str(recipe), "--run-dir", str(straight)]) == 0
+    assert run_main(["--config", str(recipe), "--run-dir", str(broken), "--set", "train.max_steps_this_run=2"]) == 0
+    assert run_main(["--resume", str(broken)]) == 0
+    final = straight / "checkpoints" / "final"
+    saved = json.loads((final / "vla_config.json").read_text())
+    assert saved["vla"]["perception_targets"] == len(PERCEPTION_TARGETS)
+    a, b = (
+        load_file(final / "perception_probe.safetensors"),
+        load_file(broken / "checkpoints/final/perception_probe.safetensors"),
+    )
+    assert a.keys() == {"score.weight", "score.bias", "value.weight", "value.bias"}
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    rows = metrics_of(straight)
+    assert rows == metrics_of(broken) and all(r["loss/perception"] > 0 for r in rows if "loss/flow" in r)
+    assert load_agent(f"vla:{final}?reasoning=0&noise=0").model.perception_probe is not None
+    in_state = tmp_path / "in_state"
+    assert (
+        run_main(["--config", str(recipe), "--run-dir", str(in_state), "--set", "model.perception_in_state=true"]) == 0
+    )
+    saved = json.loads((in_state / "checkpoints" / "final" / "vla_config.json").read_text())
+    assert saved["vla"]["perception_in_state"] and saved["expert"]["state_dim"] == 27 + len(PERCEPTION_TARGETS)
+
+    old = tmp_path / "old.zarr"
+    shutil.copytree(dataset, old)
+    shutil.rmtree(old / "perception")  # as data collected before the targets were recorded
+    old_recipe = sft_recipe(tmp_path, old, steps=1, perception_weight=1.0)
+    assert run_main(["--config", str(old_recipe), "--run-dir", str(tmp_path / "old_run")]) == 2
+    assert f"{old}: no perception array" in capsys.readouterr().err
+
+
 def test_a_recipe_that_learns_nothing_or_mixes_stages_and_parts_is_refused(dataset, tmp_path):
     from training.recipes import RecipeError
 

@@ -53,13 +53,13 @@ def test_batches_mix_the_expert_and_the_rounds_at_the_configured_ratio(dataset, 
     recipe = load_recipe(dagger_recipe(tmp_path, dataset, expert_fraction=0.75), DAGGER[1::2])
     expert = DrivingDataset(dataset)
     batches = dagger.MixedBatches(expert, recipe)
-    _, _, target = batches.next(8)
+    target = batches.next(8).targets
     assert _from(expert, target).all()  # before the first round: the expert's data only
     for r in (1, 2):
         batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)))
     assert len(batches) == len(expert) + sum(len(d) for d in batches.rounds)
     for _ in range(5):
-        _, _, target = batches.next(8)
+        target = batches.next(8).targets
         assert _from(expert, target).tolist() == [True] * 6 + [False] * 2
 
 
@@ -77,7 +77,7 @@ def test_focused_batches_draw_half_their_on_policy_samples_by_how_wrong_the_poli
     drawn = np.concatenate([batches.on_policy.next(64) for _ in range(50)])
     assert wrong[drawn].mean() > wrong.mean() + 0.25 * wrong.std()  # the wrong states come back more often
     # the draws resume exactly from a checkpoint's state
-    state, expected = batches.state(), [batches.next(8)[2] for _ in range(3)]
+    state, expected = batches.state(), [batches.next(8).targets for _ in range(3)]
     again = dagger.MixedBatches(DrivingDataset(dataset), recipe)
     again.restore(state, straight_run)
     for want in expected:
@@ -118,7 +118,7 @@ def test_meta_action_weights_draw_a_rare_manoeuvre_that_much_more_often_and_resu
     assert len(set(on_policy)) > 1
     np.testing.assert_allclose(batches.on_policy.p, on_policy / on_policy.sum())
     # a checkpoint's state gives the same draws again
-    state, targets = batches.state(), [batches.next(8)[2] for _ in range(3)]
+    state, targets = batches.state(), [batches.next(8).targets for _ in range(3)]
     again = dagger.MixedBatches(DrivingDataset(dataset), recipe)
     again.restore(state, straight_run)
     for target in targets:

@@ -16,6 +16,7 @@ _EXPORTS = {
     "future_in_ego_frame": "training.data.record",
     "DatasetError": "training.data.dataset",
     "DrivingDataset": "training.data.dataset",
+    "SampleBatch": "training.data.dataset",
     "card_path": "training.data.dataset",
     "dataset_card": "training.data.dataset",
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import zarr
@@ -26,13 +26,35 @@ NUMERIC = {
 }
 # The driving agent's own plan at each decision (its trajectory, as ``target``): what DAgger compares
 # with the expert's label. Recorded since 2026-11-27; a dataset collected before has no such array.
-OPTIONAL_NUMERIC = {"plan": "float32"}
+# ``perception``: the privileged world's ``training.data.labels.PERCEPTION_TARGETS`` at the decision,
+# what the perception probe learns (recorded since 2026-11-27, stop 59).
+OPTIONAL_NUMERIC = {"plan": "float32", "perception": "float32"}
 TEXT = ("scenario", "reasoning", "agent_reasoning", "meta_actions", "causes")
 EVERY_CHUNK_STORED = "every_chunk_stored"  # an array attribute: its writer stored all-zero chunks too
 
 
 class DatasetError(ValueError):
     pass
+
+
+class SampleBatch(NamedTuple):
+    """Samples as a trainer reads them."""
+
+    observations: list[dict[str, Any]]  # as the env gave them
+    reasoning: list[str]  # the teacher's
+    targets: np.ndarray  # [B, 64, 3]: the future the car drove (or the expert's, for DAgger data)
+    perception: np.ndarray | None  # [B, len(PERCEPTION_TARGETS)]; None for data recorded without it
+
+    @staticmethod
+    def concatenate(batches: Sequence[SampleBatch]) -> SampleBatch:
+        """One batch of several (their perception only if every one has it)."""
+        perception = [b.perception for b in batches]
+        return SampleBatch(
+            [o for b in batches for o in b.observations],
+            [r for b in batches for r in b.reasoning],
+            np.concatenate([b.targets for b in batches]),
+            None if any(p is None for p in perception) else np.concatenate(perception),
+        )
 
 
 def card_path(dataset: str | Path) -> Path:
@@ -117,9 +139,9 @@ class DrivingDataset:
     def __len__(self) -> int:
         return self.n
 
-    def batch(self, idx: Sequence[int]) -> tuple[list[dict[str, Any]], list[str], np.ndarray]:
-        """Observations (as the env gives them), teacher reasoning, and targets ``[B, 64, 3]``."""
-        idx = np.asarray(idx)
+    def batch(self, idx: Sequence[int]) -> SampleBatch:
+        """The samples ``idx``."""
+        idx = np.asarray(idx, int)
         obs = [
             {
                 "cameras": self.arrays["cameras"][i],
@@ -130,7 +152,8 @@ class DrivingDataset:
             }
             for i in idx
         ]
-        return obs, [self.text["reasoning"][i] for i in idx], self.arrays["target"][idx]
+        perception = self.arrays["perception"][idx] if "perception" in self.arrays else None
+        return SampleBatch(obs, [self.text["reasoning"][i] for i in idx], self.arrays["target"][idx], perception)
 
 
 def _check_array(g: zarr.Group, path: Path, name: str, n: int) -> None:

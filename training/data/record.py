@@ -3,9 +3,10 @@
 One sample per agent decision: the camera frames of the rig (resized to the VLA's image size, with
 the same interpolation the model uses), ego history and state, the route and its command, the
 future the car then actually drove (``target``, 64 x (x, y, yaw) in the ego frame at the decision),
-the scene facts, the meta-actions detected on that future, and the reasoning a teacher wrote for them
-(plus the agent's own). Samples whose reasoning disagrees with the labels are filtered out and
-counted. Episodes that end in an at-fault collision or off the road are not demonstrations: dropped.
+the scene facts, the meta-actions detected on that future, the reasoning a teacher wrote for them
+(plus the agent's own), and the privileged perception targets (``labels.PERCEPTION_TARGETS``).
+Samples whose reasoning disagrees with the labels are filtered out and counted. Episodes that end in
+an at-fault collision or off the road are not demonstrations: dropped.
 
 Arrays grow along the sample axis and are written in whole chunks. The group's attributes record
 which episodes are complete, so ``collect`` resumes after a kill by cutting the arrays back to the
@@ -37,7 +38,7 @@ from training.data.dataset import (
     card_path,
     dataset_card,
 )
-from training.data.labels import ConsistencyFilter, label_meta_actions, make_teacher
+from training.data.labels import ConsistencyFilter, label_meta_actions, make_teacher, perception_targets
 from training.data.settings import CollectSettings
 
 HORIZON = 64
@@ -294,6 +295,7 @@ def _rollout(
                 "t": d["k"] * 0.1,
                 "consistency": score,
                 "perturbed": perturbed,
+                "perception": perception_targets(d["facts"]),
                 "scenario": sid,
                 "reasoning": reasoning,
                 "agent_reasoning": d["reasoning"],

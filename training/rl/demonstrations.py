@@ -34,9 +34,10 @@ class Demonstrations:
         """The SFT loss of ``policy`` on the batch of learner step ``step`` (the same batch for the same step)."""
         rng = seeded_rng("demonstrations", self.seed, step)
         idx = np.sort(rng.choice(len(self.data), size=min(self.batch, len(self.data)), replace=False))
-        obs, reasoning, target = self.data.batch(idx)
+        batch = self.data.batch(idx)
         gen = torch.Generator(device=policy.device).manual_seed(int(rng.integers(2**31)))
-        losses = policy.losses(obs, reasoning, torch.from_numpy(target).to(policy.device), generator=gen)
+        targets = torch.from_numpy(batch.targets).to(policy.device)
+        losses = policy.losses(batch.observations, batch.reasoning, targets, generator=gen)
         return losses["flow"] + (losses["text"] if self.with_text else 0.0)
 
 

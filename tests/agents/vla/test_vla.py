@@ -9,7 +9,7 @@ from agents import load_agent
 from agents.vla import action_space
 from agents.vla.checkpoint import CheckpointError
 from agents.vla.flow import flow_matching_loss, guided_velocity, sample_ode
-from agents.vla.model import VISION_TOKENS, VLA, VLAConfig
+from agents.vla.model import STATE_FEATURES, VISION_TOKENS, VLA, VLAConfig
 from agents.vla.positions import RopePositions
 
 
@@ -399,3 +399,94 @@ def test_rotary_positions_from_the_layout_cache_are_transformers_own(backbone, o
     assert len(positions._rows) == 5
     with torch.no_grad():
         assert torch.equal(model.backbone(**inputs).logits, model._vlm_forward(inputs).logits)
+
+
+def test_the_perception_probe_pools_image_tokens_of_the_last_layers_input_and_trains_only_the_vlm(observations):
+    """Each target is an attention pool over the image tokens alone (text tokens do not move it), read
+    from the hidden states the VLM's last layer computes its keys and values from; its gradient reaches
+    the vision encoder and the language layers, never the action expert."""
+    model = VLA(VLAConfig())
+    model.add_perception_probe(3)
+    reasoning = ["Stop.", "The road ahead is clear, so keep the current speed in my lane."]
+    target = torch.from_numpy(np.stack([np.cumsum(np.full((64, 3), [0.5, 0.0, 0.0], np.float32), 0)] * 2))
+    wanted = torch.tensor([[0.2, 1.0, 0.0], [0.9, -0.3, 1.0]])
+    losses = model.losses(observations, reasoning, target, torch.Generator().manual_seed(0), perception=wanted)
+    batch = model.prepare(observations, reasoning)
+    with torch.no_grad():
+        hidden = model.backbone(**model._vlm_inputs(batch), output_hidden_states=True).hidden_states[-2]
+        images = batch["mm_token_type_ids"].bool()
+        probe = model.perception_probe
+        seen = []
+        for row in range(len(observations)):
+            h = hidden[row, images[row]]  # [image tokens, H]
+            w = torch.softmax(probe.score(h), 0)
+            seen.append((w * probe.value(h)).sum(0))
+        torch.testing.assert_close(losses["perception"], ((torch.stack(seen) - wanted) ** 2).mean())
+        moved = hidden.clone()
+        moved[~images] += 5.0  # the text tokens' states alone
+        torch.testing.assert_close(probe(moved, images), probe(hidden, images))
+    model.zero_grad()
+    losses["perception"].backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert all(g is None or not g.any() for n, g in grads.items() if n.startswith("expert."))
+    assert any(g is not None and g.any() for n, g in grads.items() if n.startswith("backbone.model.visual."))
+    assert grads["perception_probe.score.weight"].any()
+    assert set(model.trainable_names("vlm")) >= {"perception_probe.score.weight", "perception_probe.value.bias"}
+    assert not any(n.startswith("perception_probe.") for n in model.trainable_names("expert"))
+
+
+def test_a_vla_with_a_perception_probe_saves_and_loads_it_and_refuses_a_missing_one(observations, tmp_path):
+    model = VLA(VLAConfig())
+    model.add_perception_probe(8)
+    with pytest.raises(ValueError, match="has 8 targets, the data 5"):
+        model.add_perception_probe(5)
+    model.save_pretrained(tmp_path / "vla")
+    again = VLA.from_pretrained(tmp_path / "vla")
+    assert again.config.perception_targets == 8
+    for (name, a), (_, b) in zip(
+        model.perception_probe.state_dict().items(), again.perception_probe.state_dict().items()
+    ):
+        assert torch.equal(a, b), name
+    without = VLA(VLAConfig())
+    with pytest.raises(ValueError, match="no perception probe"):
+        without.losses(observations, ["Stop."] * 2, torch.zeros(2, 64, 3), perception=torch.zeros(2, 8))
+    (tmp_path / "vla" / "perception_probe.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"perception_probe\.safetensors: missing"):
+        VLA.from_pretrained(tmp_path / "vla")
+
+
+def test_perception_in_state_gives_the_state_token_what_the_probe_reads_in_every_pass(observations, tmp_path):
+    """With ``perception_in_state`` the action expert's state token is the ego features and the probe's
+    reading of the image tokens, the same in the plan, the RL log-probs (with and without sampled
+    reasoning) and a reloaded copy; the flow loss trains the probe through it."""
+    with pytest.raises(ValueError, match=r"perception_in_state: .* there is none"):
+        VLA(VLAConfig(perception_in_state=True))
+    model = VLA(VLAConfig(perception_targets=3, perception_in_state=True)).eval()
+    assert model.expert.config.state_dim == STATE_FEATURES + 3
+    batch = model.prepare(observations)
+    model.encode(batch)
+    with torch.no_grad():
+        hidden = model.backbone(**model._vlm_inputs(batch), output_hidden_states=True).hidden_states[-2]
+        read = model.perception_probe(hidden, batch["mm_token_type_ids"].bool())
+    torch.testing.assert_close(model.planning_state(batch), torch.cat([batch["state"], read], 1))
+    for reasoning in (False, True):
+        out = model.sample_with_log_prob(observations, generator=torch.Generator().manual_seed(1), reasoning=reasoning)
+        _, chain, smask, logp = out[:4]
+        if reasoning:
+            _, again = model.joint_log_prob(observations, out[4], chain, smask)
+        else:
+            again = model.chain_log_prob(observations, chain, smask)
+        torch.testing.assert_close(again, logp, atol=1e-4, rtol=0)
+    model.save_pretrained(tmp_path / "vla")
+    reloaded = VLA.from_pretrained(tmp_path / "vla")
+    for reasoning in (False, True):  # the prompt's pass of generate gives the same reading as encode
+        a = model.act_batch(observations, reasoning=reasoning, generator=torch.Generator().manual_seed(2))
+        b = reloaded.act_batch(observations, reasoning=reasoning, generator=torch.Generator().manual_seed(2))
+        assert all(np.array_equal(x["trajectory"], y["trajectory"]) for x, y in zip(a, b))
+    batch = model.prepare(observations)
+    model.reason(batch)
+    torch.testing.assert_close(batch["perceived"], read, atol=1e-5, rtol=0)
+    target = torch.from_numpy(np.stack([np.cumsum(np.full((64, 3), [0.5, 0.0, 0.0], np.float32), 0)] * 2))
+    model.train().zero_grad()
+    model.losses(observations, ["Stop."] * 2, target, torch.Generator().manual_seed(0))["flow"].backward()
+    assert model.perception_probe.value.weight.grad.any()

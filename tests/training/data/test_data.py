@@ -10,7 +10,13 @@ import pytest
 from rewards.transition import EgoState
 from tests.training.helpers import SCENARIOS, collect_settings
 from training.data import DrivingDataset, card_path, collect, future_in_ego_frame
-from training.data.labels import ConsistencyFilter, TemplateTeacher, label_meta_actions, make_teacher
+from training.data.labels import (
+    PERCEPTION_TARGETS,
+    ConsistencyFilter,
+    TemplateTeacher,
+    label_meta_actions,
+    make_teacher,
+)
 
 
 def test_dataset_round_trip_and_card(dataset):
@@ -21,10 +27,11 @@ def test_dataset_round_trip_and_card(dataset):
     assert card["rig"] == "alpamayo4" and card["image_size"] == [56, 112]
     assert sum(card["labels"]["meta_actions"].values()) >= len(ds)
     assert card["labels"]["filter"]["kept"] == len(ds)
-    obs, reasoning, target = ds.batch([0, len(ds) - 1])
+    obs, reasoning, target, perception = ds.batch([0, len(ds) - 1])
     assert obs[0]["cameras"].shape == (4, 1, 56, 112, 3) and obs[0]["cameras"].dtype == np.uint8
     assert target.shape == (2, 64, 3) and np.isfinite(target).all()
     assert all(r.endswith(".") for r in reasoning)
+    assert perception.shape == (2, len(PERCEPTION_TARGETS)) and ((perception >= -1) & (perception <= 1)).all()
     assert ds.arrays["perturbed"].any() and not ds.arrays["perturbed"].all()
     # the target is the driven future: at speed, it starts ahead of the car
     moving = ds.arrays["speed0"] > 3
@@ -170,3 +177,36 @@ def test_a_car_already_standing_still_is_told_to_start_again_or_to_stay_not_to_c
     assert "so come to a stop" in teacher.write({"stop", "start_from_stop"}, causes)  # no facts: as before
     standing_start = label_meta_actions(np.stack([waits_then_goes, np.zeros(64), np.zeros(64)], 1), 0.0)
     assert "so come to a stop" in make_teacher("template").write(standing_start, causes, {"speed": 0.0})  # the default
+
+
+def test_perception_targets_scale_what_is_ahead_and_read_as_far_when_nothing_is():
+    from rewards.scene import SceneFacts
+    from training.data.labels import perception_targets
+
+    empty = dict(zip(PERCEPTION_TARGETS, perception_targets(SceneFacts(speed=10.0))))
+    assert empty == {
+        "lead_gap": 1.0,
+        "lead_closing_speed": 0.0,
+        "lead_stopped": 0.0,
+        "blocked_gap": 1.0,
+        "cut_in_gap": 1.0,
+        "stop_distance": 1.0,
+        "pedestrian_in_path": 0.0,
+        "oncoming": 0.0,
+    }
+    busy = SceneFacts(
+        speed=12.0,
+        lead_vehicle={"id": "a", "gap": 15.0, "speed": 0.0, "stopped": True},
+        blocked_lane={"id": "a", "gap": 15.0},
+        cut_in={"id": "b", "gap": 45.0, "side": "left"},
+        signal_ahead={"state": "green", "distance": 20.0},
+        stop_sign_ahead=30.0,
+        pedestrians=[{"id": "p", "distance": 9.0, "in_path": False}, {"id": "q", "distance": 30.0, "in_path": True}],
+        oncoming=5,
+    )
+    got = dict(zip(PERCEPTION_TARGETS, perception_targets(busy).tolist()))
+    want = dict(lead_gap=0.25, lead_closing_speed=1.0, lead_stopped=1.0, blocked_gap=0.375, cut_in_gap=1.0)
+    want |= dict(stop_distance=0.6, pedestrian_in_path=1.0, oncoming=1.0)  # a green light is no stop
+    assert got == pytest.approx(want)
+    red = SceneFacts(signal_ahead={"state": "red", "distance": 10.0}, stop_sign_ahead=30.0)
+    assert perception_targets(red)[PERCEPTION_TARGETS.index("stop_distance")] == pytest.approx(0.2)
