@@ -51,8 +51,8 @@ from agents.vla.tokenizer import (
 )
 
 SYSTEM = "You are a driving assistant."
-PERCEPTION_PROBE_FILE = "perception_probe.safetensors"  # beside action_expert.safetensors, when there is a probe
 INSTRUCTION = "output the chain-of-thought reasoning of the driving process, then output the future trajectory"
+PERCEPTION_PROBE_FILE = "perception_probe.safetensors"  # beside action_expert.safetensors, when there is a probe
 
 
 # the Qwen-VL config fields that name the vision tokens, and their tokens

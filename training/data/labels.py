@@ -180,7 +180,7 @@ def perception_targets(facts: SceneFacts) -> np.ndarray:
         "lead_stopped": float(bool(lead and lead["stopped"])),
         "blocked_gap": min(facts.blocked_lane["gap"], 40.0) / 40.0 if facts.blocked_lane else 1.0,
         "cut_in_gap": min(facts.cut_in["gap"], 30.0) / 30.0 if facts.cut_in else 1.0,
-        "stop_distance": min(max(min(stop), 0.0), 50.0) / 50.0 if stop else 1.0,
+        "stop_distance": float(np.clip(min(stop), 0.0, 50.0)) / 50.0 if stop else 1.0,
         "pedestrian_in_path": float(any(p["in_path"] for p in facts.pedestrians)),
         "oncoming": min(facts.oncoming, 3) / 3.0,
     }
