@@ -94,6 +94,12 @@ class TrainSection(_Section):
     # weight of the perception probe's loss: the image tokens regress what is ahead (the car in the lane, its
     # gap and closing speed, a red light; agents/vla/perception.py), recorded with the data. 0: no probe
     perception_weight: float = Field(0.0, ge=0)
+    # weight of the manoeuvre head's loss: which way the future leaves the lane (keep, change left, change
+    # right; agents/vla/manoeuvre.py), from the data's meta-actions; [model] manoeuvre_in_state plans its choice
+    manoeuvre_weight: float = Field(0.0, ge=0)
+    # a lane change counts as the manoeuvre only once its future has moved 0.5 m that way by this many seconds
+    # (training.data.labels.manoeuvre_under_way: "change now"); None: any lane change within the 6.4 s
+    manoeuvre_by_s: float | None = Field(None, gt=0, le=6.4)
     # the weights that move: "vlm" with flow_weight = 0 is text-only post-training (the action expert frozen)
     parts: Literal["both", "vlm", "expert"] = "both"
     two_stage: bool = False  # stage 1: VLM (text); stage 2: action expert with the VLM frozen

@@ -30,6 +30,7 @@ from agents.vla.model import state_features
 from training import dagger
 from training.checkpoints import Checkpointer, latest_checkpoint, restore_trainer
 from training.data import DatasetError, DrivingDataset
+from training.data.labels import MANOEUVRES, manoeuvre_under_way
 from training.loop import learning_rate, prepare_run
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, finish, last_step_of_this_run
@@ -38,12 +39,15 @@ from training.recipes import SFTRecipe, TrainSection
 
 def build_model(recipe: SFTRecipe, dataset: DrivingDataset) -> VLA | AlpamayoR1:
     """The recipe's start: a saved VLA or Alpamayo-R1 checkpoint (``init_from``), or a fresh VLA (with
-    the perception probe ``perception_weight`` trains, sized by the data, built in)."""
+    the perception probe ``perception_weight`` trains, sized by the data, and the manoeuvre head
+    ``manoeuvre_weight`` trains, built in)."""
     if recipe.init_from:
         return load_policy(recipe.init_from)
     config = recipe.model.model_copy()
     if recipe.train.perception_weight > 0:
         config.perception_targets = perception_width(dataset)
+    if recipe.train.manoeuvre_weight > 0:
+        config.manoeuvres = len(MANOEUVRES)
     torch.manual_seed(recipe.seed)
     return VLA(config)
 
@@ -132,7 +136,7 @@ def train_sft(
             model.config.state_mean, model.config.state_std = state_statistics(dataset, model.config)
         if isinstance(model.config, VLAConfig):  # an evaluation of the model renders what it learnt from
             model.config.observation = observation_setup(dataset)
-    options = {}  # VLA.losses' keywords: the shares of flow draws it alters (and the batch's perception targets)
+    options = {}  # VLA.losses' keywords: the shares of flow draws it alters (and the batch's labels for the heads)
     for field, (keyword, why_not_alpamayo) in FLOW_DRAW_OPTIONS.items():
         if (share := getattr(cfg, field)) > 0:
             if isinstance(model, AlpamayoR1):
@@ -142,6 +146,12 @@ def train_sft(
         model.config.flow_unconditional = cfg.flow_unconditional  # its checkpoints can be guided
     if cfg.perception_weight > 0:
         add_perception_probe(model, dataset)
+    if cfg.manoeuvre_weight > 0:
+        if isinstance(model, AlpamayoR1):
+            raise ValueError("train.manoeuvre_weight: the manoeuvre head is a LoopDrive VLA part; set it to 0")
+        model.add_manoeuvre_head(len(MANOEUVRES))
+    # the data's manoeuvres: what the head learns to choose, and what a plan given one is trained on
+    give_manoeuvres = cfg.manoeuvre_weight > 0 or (isinstance(model, VLA) and model.config.manoeuvre_in_state)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -183,11 +193,18 @@ def train_sft(
         weights = {"text": w_text, "flow": w_flow}
         if cfg.perception_weight > 0:  # the probe trains the VLM's image tokens, so only while the VLM does
             weights["perception"] = cfg.perception_weight if stage in (0, 1) else 0.0
+        if cfg.manoeuvre_weight > 0:  # as the probe
+            weights["manoeuvre"] = cfg.manoeuvre_weight if stage in (0, 1) else 0.0
         sums = dict.fromkeys(weights, 0.0)
         for _ in range(cfg.grad_accum):
             batch = batches.next(cfg.batch_size)
             if "perception" in weights:  # only a VLA with a probe takes them (an Alpamayo-R1 was refused above)
                 options["perception"] = torch.from_numpy(batch.perception)
+            if give_manoeuvres:
+                chosen = batch.manoeuvres
+                if cfg.manoeuvre_by_s is not None:
+                    chosen = manoeuvre_under_way(chosen, batch.targets, cfg.manoeuvre_by_s)
+                options["manoeuvres"] = torch.from_numpy(chosen)
             with autocast:
                 losses = model.losses(
                     batch.observations,

@@ -59,6 +59,17 @@ class VLAConfig(BaseModel):
         description="the action expert's state token also carries what the perception probe reads off the image "
         "tokens (its targets), beside speed, route and command: the head reads those inputs, not the cameras",
     )
+    manoeuvres: int = Field(
+        0,
+        ge=0,
+        description="how many manoeuvre classes the manoeuvre head on the image tokens and the ego features "
+        "chooses from (training.data.labels.MANOEUVRES); 0: no head. Set by SFT's [train] manoeuvre_weight",
+    )
+    manoeuvre_in_state: bool = Field(
+        False,
+        description="the action expert's state token also carries a manoeuvre (one-hot): the data's own in "
+        "training, the manoeuvre head's choice when planning; the head plans the manoeuvre it is given",
+    )
     # statistics of the training data (None: fixed scales); filled by SFT from its dataset
     action_mean: tuple[float, float] | None = None  # (accel, the lateral action)
     action_std: tuple[float, float] | None = None

@@ -38,6 +38,7 @@ from agents.vla.flow import (
     sample_ode,
     sample_sde,
 )
+from agents.vla.manoeuvre import ManoeuvreHead
 from agents.vla.perception import PerceptionProbe
 from agents.vla.positions import RopePositions
 from agents.vla.tokenizer import (
@@ -53,6 +54,7 @@ from agents.vla.tokenizer import (
 SYSTEM = "You are a driving assistant."
 INSTRUCTION = "output the chain-of-thought reasoning of the driving process, then output the future trajectory"
 PERCEPTION_PROBE_FILE = "perception_probe.safetensors"  # beside action_expert.safetensors, when there is a probe
+MANOEUVRE_HEAD_FILE = "manoeuvre_head.safetensors"  # beside it, when there is a manoeuvre head
 
 
 # the Qwen-VL config fields that name the vision tokens, and their tokens
@@ -212,11 +214,21 @@ class VLA(nn.Module, TrainableParts):
                 "perception_in_state: the state token reads the perception probe, and there is none "
                 "(SFT builds one with [train] perception_weight > 0)"
             )
+        if config.manoeuvre_in_state and not config.manoeuvres:
+            raise ValueError(
+                "manoeuvre_in_state: the plan is given the manoeuvre head's choice, and there is no head "
+                "(SFT builds one with [train] manoeuvre_weight > 0)"
+            )
         perceived = config.perception_targets if config.perception_in_state else 0
-        self.expert = ActionExpert(expert_config or self._expert_config(self.backbone, STATE_FEATURES + perceived))
+        chosen = config.manoeuvres if config.manoeuvre_in_state else 0
+        state_dim = STATE_FEATURES + perceived + chosen
+        self.expert = ActionExpert(expert_config or self._expert_config(self.backbone, state_dim))
         self.perception_probe: PerceptionProbe | None = None
         if config.perception_targets:
             self.add_perception_probe(config.perception_targets)
+        self.manoeuvre_head: ManoeuvreHead | None = None
+        if config.manoeuvres:
+            self.add_manoeuvre_head(config.manoeuvres)
         proc = Qwen2VLImageProcessorPil()  # only its normalisation constants: patchify is vectorised below
         self.pixel_mean = np.asarray(proc.image_mean, np.float32)
         self.pixel_std = np.asarray(proc.image_std, np.float32)
@@ -256,11 +268,11 @@ class VLA(nn.Module, TrainableParts):
         return self.config.max_reasoning_tokens
 
     # the parts a trainer can move: the action expert (the trajectory head), the VLM (with the perception
-    # probe that trains its image tokens, when there is one), or both
+    # probe and the manoeuvre head that read its image tokens, when there are), or both
     PARTS: ClassVar[dict[str, tuple[str, ...]]] = {
         "expert": ("expert.",),
-        "vlm": ("backbone.", "perception_probe."),
-        "both": ("expert.", "backbone.", "perception_probe."),
+        "vlm": ("backbone.", "perception_probe.", "manoeuvre_head."),
+        "both": ("expert.", "backbone.", "perception_probe.", "manoeuvre_head."),
         "none": (),
     }
 
@@ -278,6 +290,27 @@ class VLA(nn.Module, TrainableParts):
             hidden = self.backbone.config.text_config.hidden_size
             self.perception_probe = PerceptionProbe(hidden, n_targets).to(self.device)
         self.config.perception_targets = n_targets
+
+    def add_manoeuvre_head(self, n_classes: int) -> None:
+        """A fresh manoeuvre head choosing among ``n_classes`` (:mod:`agents.vla.manoeuvre`), seeded by the
+        config's seed; a model that has one keeps it (a different number of classes is refused)."""
+        if self.manoeuvre_head is not None:
+            if self.config.manoeuvres != n_classes:
+                raise ValueError(
+                    f"this VLA's manoeuvre head has {self.config.manoeuvres} classes, the data {n_classes}"
+                )
+            return
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.config.seed + 1)  # not the probe's draw
+            hidden = self.backbone.config.text_config.hidden_size
+            self.manoeuvre_head = ManoeuvreHead(hidden, STATE_FEATURES, n_classes).to(self.device)
+        self.config.manoeuvres = n_classes
+
+    @property
+    def plans_from_image_heads(self) -> bool:
+        """Whether the plan's state token holds what a head read off the image tokens (so every VLM pass
+        that plans must return its hidden states)."""
+        return self.config.perception_in_state or self.config.manoeuvre_in_state
 
     # --- inputs --------------------------------------------------------------------------------------------
     def _prompt(self, obs: dict[str, Any], n_images: int, tokens_per_image: int) -> str:
@@ -364,9 +397,9 @@ class VLA(nn.Module, TrainableParts):
             eos_token_id=stop,
             pad_token_id=pad,
             return_dict_in_generate=True,
-            output_hidden_states=self.config.perception_in_state,
+            output_hidden_states=self.plans_from_image_heads,
         )
-        if self.config.perception_in_state:
+        if self.plans_from_image_heads:
             self._perceive(batch, out.hidden_states[0])  # the prompt's pass
         prompt_len = batch["input_ids"].shape[1]
         gen = out.sequences[:, prompt_len:]
@@ -384,7 +417,7 @@ class VLA(nn.Module, TrainableParts):
     def encode(self, batch: dict[str, Any], grad: bool = False):
         """Prompt only (no reasoning): the cache as expert context, and its mask. Only the cache is used,
         so the vocabulary head runs on the last position alone."""
-        perceive = self.config.perception_in_state
+        perceive = self.plans_from_image_heads
         with torch.set_grad_enabled(grad):
             out = self._vlm_forward(
                 self._vlm_inputs(batch), use_cache=True, logits_to_keep=1, output_hidden_states=perceive
@@ -393,20 +426,28 @@ class VLA(nn.Module, TrainableParts):
                 self._perceive(batch, out.hidden_states)
         return [(layer.keys, layer.values) for layer in out.past_key_values.layers], batch["attention_mask"]
 
-    def _perceive(self, batch: dict[str, Any], hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
-        """What the perception probe reads off the image tokens of a VLM pass (its hidden states at the
-        input of the last layer; the prompt comes first in every pass), kept as ``batch["perceived"]``
-        for :meth:`planning_state`."""
+    def _perceive(self, batch: dict[str, Any], hidden_states: Sequence[torch.Tensor]) -> None:
+        """What the perception probe and the manoeuvre head read off the image tokens of a VLM pass (its
+        hidden states at the input of the last layer; the prompt comes first in every pass), kept as
+        ``batch["perceived"]`` and ``batch["manoeuvre_logits"]`` for :meth:`planning_state`."""
         images = batch["mm_token_type_ids"].bool()
-        batch["perceived"] = self.perception_probe(hidden_states[-2][:, : images.shape[1]], images)
-        return batch["perceived"]
+        hidden = hidden_states[-2][:, : images.shape[1]]
+        if self.perception_probe is not None:
+            batch["perceived"] = self.perception_probe(hidden, images)
+        if self.manoeuvre_head is not None:
+            batch["manoeuvre_logits"] = self.manoeuvre_head(hidden, images, batch["state"])
 
     def planning_state(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The state token's input: the ego features, and with ``perception_in_state`` what the probe read
-        in the batch's VLM pass (``encode``, ``reason``, the training and RL passes)."""
-        if not self.config.perception_in_state:
-            return batch["state"]
-        return torch.cat([batch["state"], batch["perceived"].to(batch["state"].dtype)], 1)
+        """The state token's input: the ego features, with ``perception_in_state`` what the probe read, and
+        with ``manoeuvre_in_state`` the manoeuvre (one-hot): ``batch["manoeuvre"]`` when training gives the
+        data's, else the head's choice in the batch's VLM pass (``encode``, ``reason``, the RL passes)."""
+        parts = [batch["state"]]
+        if self.config.perception_in_state:
+            parts.append(batch["perceived"].to(batch["state"].dtype))
+        if self.config.manoeuvre_in_state:
+            chosen = batch["manoeuvre"] if "manoeuvre" in batch else batch["manoeuvre_logits"].argmax(1)
+            parts.append(F.one_hot(chosen, self.config.manoeuvres).to(batch["state"].dtype))
+        return torch.cat(parts, 1) if len(parts) > 1 else parts[0]
 
     def actions_to_trajectory(self, u: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
         c = self.config
@@ -528,9 +569,9 @@ class VLA(nn.Module, TrainableParts):
                 pad_token_id=self.tokenizer.pad_token_id,
                 return_dict_in_generate=True,
                 output_logits=True,
-                output_hidden_states=self.config.perception_in_state,
+                output_hidden_states=self.plans_from_image_heads,
             )
-        if self.config.perception_in_state:
+        if self.plans_from_image_heads:
             self._perceive(batch, out.hidden_states[0])  # the prompt's pass
         gen = out.sequences[:, batch["input_ids"].shape[1] :]
         valid = self._until_stop(gen)
@@ -575,7 +616,7 @@ class VLA(nn.Module, TrainableParts):
         inputs["input_ids"] = torch.cat([batch["input_ids"], gen[:, :-1]], 1)
         inputs["attention_mask"] = torch.cat([batch["attention_mask"], valid[:, :-1].long()], 1)
         inputs["mm_token_type_ids"] = torch.cat([batch["mm_token_type_ids"], torch.zeros_like(gen[:, :-1])], 1)
-        perceive = self.config.perception_in_state
+        perceive = self.plans_from_image_heads
         with torch.set_grad_enabled(train_vlm and torch.is_grad_enabled()):
             out = self._vlm_forward(inputs, use_cache=True, output_hidden_states=perceive)
             if perceive:
@@ -614,6 +655,7 @@ class VLA(nn.Module, TrainableParts):
         unconditional: float = 0.0,
         motion_dropout: float = 0.0,
         perception: torch.Tensor | None = None,
+        manoeuvres: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing).
 
@@ -629,13 +671,22 @@ class VLA(nn.Module, TrainableParts):
         rate, steering read as the data's mean), which the context's ego-history tokens and cameras
         still carry: a head that leans on its speed input copies what most samples at that speed do
         (Codevilla et al. 2019's inertia problem). ``perception`` ``[B, perception_targets]``: the privileged
-        targets the perception probe regresses from the image tokens (mean squared error, as "perception")."""
+        targets the perception probe regresses from the image tokens (mean squared error, as "perception").
+        ``manoeuvres`` ``[B]``: the data's manoeuvre classes, which the manoeuvre head learns to choose
+        (cross-entropy, as "manoeuvre") and, with ``manoeuvre_in_state``, the plan is given (teacher forcing)."""
         batch = self.prepare(observations, reasoning)
         if perception is not None and self.perception_probe is None:
             raise ValueError("perception targets given, but this VLA has no perception probe (add_perception_probe)")
-        probe = perception is not None or self.config.perception_in_state
-        out = self._vlm_forward(self._vlm_inputs(batch), use_cache=True, output_hidden_states=probe)
-        seen = self._perceive(batch, out.hidden_states) if probe else None
+        if manoeuvres is not None and self.manoeuvre_head is None:
+            raise ValueError("manoeuvres given, but this VLA has no manoeuvre head (add_manoeuvre_head)")
+        if self.config.manoeuvre_in_state and manoeuvres is None:
+            raise ValueError("manoeuvre_in_state: the flow loss plans the data's manoeuvres; pass manoeuvres")
+        heads = perception is not None or manoeuvres is not None or self.plans_from_image_heads
+        out = self._vlm_forward(self._vlm_inputs(batch), use_cache=True, output_hidden_states=heads)
+        if heads:
+            self._perceive(batch, out.hidden_states)
+        if manoeuvres is not None:
+            batch["manoeuvre"] = manoeuvres.to(self.device)
         logits, labels = out.logits[:, :-1], batch["labels"][:, 1:]
         text = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
         ctx = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
@@ -660,7 +711,9 @@ class VLA(nn.Module, TrainableParts):
         flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state)
         losses = {"text": text, "flow": flow}
         if perception is not None:
-            losses["perception"] = F.mse_loss(seen, perception.to(seen))
+            losses["perception"] = F.mse_loss(batch["perceived"], perception.to(batch["perceived"]))
+        if manoeuvres is not None:
+            losses["manoeuvre"] = F.cross_entropy(batch["manoeuvre_logits"], batch["manoeuvre"])
         return losses
 
     # --- persistence -------------------------------------------------------------------------------------------
@@ -673,6 +726,9 @@ class VLA(nn.Module, TrainableParts):
         if self.perception_probe is not None:
             weights = {k: v.contiguous() for k, v in self.perception_probe.state_dict().items()}
             save_file(weights, path / PERCEPTION_PROBE_FILE)
+        if self.manoeuvre_head is not None:
+            weights = {k: v.contiguous() for k, v in self.manoeuvre_head.state_dict().items()}
+            save_file(weights, path / MANOEUVRE_HEAD_FILE)
         cfg = self.config.model_dump(mode="json")
         (path / "vla_config.json").write_text(
             json.dumps({"vla": cfg, "expert": self.expert.config.to_dict()}, indent=1)
@@ -699,4 +755,7 @@ class VLA(nn.Module, TrainableParts):
         if model.perception_probe is not None:
             file = path / PERCEPTION_PROBE_FILE
             load_strict(model.perception_probe, load_weights(file), file)
+        if model.manoeuvre_head is not None:
+            file = path / MANOEUVRE_HEAD_FILE
+            load_strict(model.manoeuvre_head, load_weights(file), file)
         return model.to(device).eval()

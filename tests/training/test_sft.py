@@ -159,6 +159,37 @@ def test_the_perception_probe_trains_is_saved_resumes_exactly_and_needs_data_tha
     assert f"{old}: no perception array" in capsys.readouterr().err
 
 
+def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_datas_manoeuvres(dataset, tmp_path):
+    """``manoeuvre_weight`` gives the VLA a manoeuvre head, logs its loss, saves it with the checkpoint and
+    resumes it exactly; ``manoeuvre_in_state`` widens the state token by the classes and plans them."""
+    from safetensors.torch import load_file
+
+    from training.data.labels import MANOEUVRES
+
+    recipe = sft_recipe(tmp_path, dataset, steps=4, manoeuvre_weight=1.0)
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    in_state = ["--set", "model.manoeuvre_in_state=true"]
+    assert run_main(["--config", str(recipe), "--run-dir", str(straight), *in_state]) == 0
+    assert (
+        run_main(["--config", str(recipe), "--run-dir", str(broken), *in_state, "--set", "train.max_steps_this_run=2"])
+        == 0
+    )
+    assert run_main(["--resume", str(broken)]) == 0
+    final = straight / "checkpoints" / "final"
+    saved = json.loads((final / "vla_config.json").read_text())
+    assert saved["vla"]["manoeuvres"] == len(MANOEUVRES) and saved["vla"]["manoeuvre_in_state"]
+    assert saved["expert"]["state_dim"] == 27 + len(MANOEUVRES)
+    a, b = weights_of(final), weights_of(broken / "checkpoints" / "final")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    head = load_file(final / "manoeuvre_head.safetensors")
+    for k, v in load_file(broken / "checkpoints/final/manoeuvre_head.safetensors").items():
+        torch.testing.assert_close(head[k], v, rtol=0, atol=0, msg=k)
+    rows = metrics_of(straight)
+    assert rows == metrics_of(broken) and all(r["loss/manoeuvre"] > 0 for r in rows if "loss/flow" in r)
+    assert load_agent(f"vla:{final}?reasoning=0&noise=0").model.manoeuvre_head is not None
+
+
 def test_a_recipe_that_learns_nothing_or_mixes_stages_and_parts_is_refused(dataset, tmp_path):
     from training.recipes import RecipeError
 

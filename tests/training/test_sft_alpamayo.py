@@ -44,11 +44,13 @@ def test_sft_of_an_alpamayo_checkpoint_trains_resumes_exactly_and_saves_the_rele
         ("flow_unconditional", "context guidance is a LoopDrive VLA option"),
         ("flow_motion_dropout", "the state token is a LoopDrive VLA part"),
         ("perception_weight", "the perception probe is a LoopDrive VLA part"),
+        ("manoeuvre_weight", "the manoeuvre head is a LoopDrive VLA part"),
     ],
 )
 def test_loopdrive_vla_flow_options_are_refused_for_an_alpamayo_checkpoint(dataset, tmp_path, capsys, option, why):
-    """Alpamayo-R1 always plans after its reasoning and has no state token or perception probe: a share
-    of prompt-only, state-only or motion-hidden flow draws, or a probe's loss, has no meaning there."""
+    """Alpamayo-R1 always plans after its reasoning and has no state token, perception probe or manoeuvre
+    head: a share of prompt-only, state-only or motion-hidden flow draws, or a head's loss, has no meaning
+    there."""
     recipe = sft_recipe(tmp_path, dataset, steps=1)
     recipe.write_text(f'init_from = "{CHECKPOINT}"\n' + recipe.read_text())
     run = ["--config", str(recipe), "--run-dir", str(tmp_path / "run"), "--set", f"train.{option}=0.5"]

@@ -3,12 +3,15 @@ gave them), the dataset card, and the zarr layout both sides agree on (``FORMAT`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import zarr
+
+from training.data.labels import manoeuvre_class
 
 FORMAT = "loopdrive-driving-data/2"  # 2: the target's yaw is the direction of motion
 NUMERIC = {
@@ -44,6 +47,7 @@ class SampleBatch(NamedTuple):
     reasoning: list[str]  # the teacher's
     targets: np.ndarray  # [B, 64, 3]: the future the car drove (or the expert's, for DAgger data)
     perception: np.ndarray | None  # [B, len(PERCEPTION_TARGETS)]; None for data recorded without it
+    manoeuvres: np.ndarray  # [B] int64: each target's index in training.data.labels.MANOEUVRES
 
     @staticmethod
     def concatenate(batches: Sequence[SampleBatch]) -> SampleBatch:
@@ -54,6 +58,7 @@ class SampleBatch(NamedTuple):
             [r for b in batches for r in b.reasoning],
             np.concatenate([b.targets for b in batches]),
             None if any(p is None for p in perception) else np.concatenate(perception),
+            np.concatenate([b.manoeuvres for b in batches]),
         )
 
 
@@ -128,6 +133,7 @@ class DrivingDataset:
             raise DatasetError(f"{path}: {size:.1f} GB does not fit the in-memory loader (max_gb={max_gb})")
         self.arrays = {k: _read(g, path, k, self.n) for k in numeric}
         self.text = {k: [str(x) for x in _read(g, path, k, self.n)] for k in TEXT}
+        self.manoeuvres = _manoeuvres(self.text["meta_actions"], path)
         for name, values in self.arrays.items():
             if values.dtype.kind == "f" and not np.isfinite(values).all():
                 raise DatasetError(f"{path / name}: non-finite values in the complete samples")
@@ -153,7 +159,22 @@ class DrivingDataset:
             for i in idx
         ]
         perception = self.arrays["perception"][idx] if "perception" in self.arrays else None
-        return SampleBatch(obs, [self.text["reasoning"][i] for i in idx], self.arrays["target"][idx], perception)
+        reasoning = [self.text["reasoning"][i] for i in idx]
+        return SampleBatch(obs, reasoning, self.arrays["target"][idx], perception, self.manoeuvres[idx])
+
+
+def _manoeuvres(meta_actions: Sequence[str], path: Path) -> np.ndarray:
+    """Each sample's manoeuvre class from its recorded meta-actions (a JSON list per sample)."""
+    out = np.empty(len(meta_actions), np.int64)
+    for i, text in enumerate(meta_actions):
+        try:
+            labels = json.loads(text)
+        except json.JSONDecodeError:
+            labels = None
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            raise DatasetError(f"{path / 'meta_actions'}: sample {i} is not a JSON list of meta-actions: {text[:80]!r}")
+        out[i] = manoeuvre_class(labels)
+    return out
 
 
 def _check_array(g: zarr.Group, path: Path, name: str, n: int) -> None:

@@ -11,6 +11,7 @@ counts every rejection by reason.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -185,3 +186,33 @@ def perception_targets(facts: SceneFacts) -> np.ndarray:
         "oncoming": min(facts.oncoming, 3) / 3.0,
     }
     return np.array([values[name] for name in PERCEPTION_TARGETS], np.float32)
+
+
+# What the manoeuvre head predicts and, with ``[model] manoeuvre_in_state``, what the plan is conditioned on
+# (SFT's ``[train] manoeuvre_weight``): whether the driven future leaves the lane, and to which side. Turns
+# follow the route, which the state token already carries; a nudge round an obstacle counts with the lane
+# change to its side (9 of core train's 6,841 samples). Every recorded sample has its meta-actions, so
+# every dataset has these classes.
+MANOEUVRES = ("keep_lane", "change_left", "change_right")
+
+
+def manoeuvre_class(meta_actions: Iterable[str]) -> int:
+    """The index in ``MANOEUVRES`` of a future's meta-actions (left first when a future has both sides)."""
+    found = set(meta_actions)
+    if found & {"lane_change_left", "nudge_left"}:
+        return MANOEUVRES.index("change_left")
+    if found & {"lane_change_right", "nudge_right"}:
+        return MANOEUVRES.index("change_right")
+    return MANOEUVRES.index("keep_lane")
+
+
+def manoeuvre_under_way(manoeuvres: np.ndarray, targets: np.ndarray, by_s: float, offset: float = 0.5) -> np.ndarray:
+    """``manoeuvres`` with each lane change that has not moved its target ``offset`` m towards its side by
+    ``by_s`` seconds read as ``keep_lane``: "change now", not "change at some time in the next 6.4 s".
+    A plan told only that the future holds a lane change is told nothing of when, and its deterministic
+    plan (the flow from the prior's centre) lands between the timings, hardly leaving the lane
+    (docs/experiments/sft.md). ``targets`` ``[B, 64, 3]`` ego-frame futures at 10 Hz (y to the left)."""
+    step = min(round(by_s * 10) - 1, targets.shape[1] - 1)
+    side = np.where(manoeuvres == MANOEUVRES.index("change_left"), 1.0, -1.0)
+    moved = side * targets[:, step, 1] >= offset
+    return np.where(moved, manoeuvres, MANOEUVRES.index("keep_lane"))

@@ -4,6 +4,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from agents import load_agent
 from agents.vla import action_space
@@ -469,6 +470,115 @@ def test_perception_in_state_gives_the_state_token_what_the_probe_reads_in_every
         hidden = model.backbone(**model._vlm_inputs(batch), output_hidden_states=True).hidden_states[-2]
         read = model.perception_probe(hidden, batch["mm_token_type_ids"].bool())
     torch.testing.assert_close(model.planning_state(batch), torch.cat([batch["state"], read], 1))
+    _plans_alike_in_every_pass_and_after_a_reload(model, observations, tmp_path)
+    batch = model.prepare(observations)
+    model.reason(batch)
+    torch.testing.assert_close(batch["perceived"], read, atol=1e-5, rtol=0)
+    target = torch.from_numpy(np.stack([np.cumsum(np.full((64, 3), [0.5, 0.0, 0.0], np.float32), 0)] * 2))
+    model.train().zero_grad()
+    model.losses(observations, ["Stop."] * 2, target, torch.Generator().manual_seed(0))["flow"].backward()
+    assert model.perception_probe.value.weight.grad.any()
+
+
+def test_the_manoeuvre_head_chooses_from_image_tokens_and_ego_features_and_trains_only_the_vlm(observations):
+    """Its logits are an attention pool over the image tokens (text tokens do not move them) and the state
+    token's ego features, classified; cross-entropy against the data's classes; its gradient reaches the
+    vision encoder, never the action expert."""
+    model = VLA(VLAConfig())
+    model.add_manoeuvre_head(3)
+    with pytest.raises(ValueError, match="has 3 classes, the data 4"):
+        model.add_manoeuvre_head(4)
+    reasoning = ["Stop.", "The road ahead is clear, so keep the current speed in my lane."]
+    target = torch.from_numpy(np.stack([np.cumsum(np.full((64, 3), [0.5, 0.0, 0.0], np.float32), 0)] * 2))
+    wanted = torch.tensor([1, 0])
+    losses = model.losses(observations, reasoning, target, torch.Generator().manual_seed(0), manoeuvres=wanted)
+    batch = model.prepare(observations, reasoning)
+    head = model.manoeuvre_head
+    with torch.no_grad():
+        hidden = model.backbone(**model._vlm_inputs(batch), output_hidden_states=True).hidden_states[-2]
+        images = batch["mm_token_type_ids"].bool()
+        logits = []
+        for row in range(len(observations)):
+            h = hidden[row, images[row]]  # [image tokens, H]
+            pooled = head.norm(torch.softmax(head.score(h), 0).T @ h)  # [queries, H]
+            logits.append(head.classify(torch.cat([pooled.flatten(), batch["state"][row]])))
+        torch.testing.assert_close(losses["manoeuvre"], F.cross_entropy(torch.stack(logits), wanted))
+        moved = hidden.clone()
+        moved[~images] += 5.0  # the text tokens' states alone
+        torch.testing.assert_close(head(moved, images, batch["state"]), head(hidden, images, batch["state"]))
+        other = batch["state"].clone()
+        other[:, 0] += 1.0  # the speed
+        assert not torch.allclose(head(hidden, images, other), head(hidden, images, batch["state"]))
+    model.zero_grad()
+    losses["manoeuvre"].backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert all(g is None or not g.any() for n, g in grads.items() if n.startswith("expert."))
+    assert any(g is not None and g.any() for n, g in grads.items() if n.startswith("backbone.model.visual."))
+    assert set(model.trainable_names("vlm")) >= {"manoeuvre_head.score.weight", "manoeuvre_head.classify.2.bias"}
+    assert not any(n.startswith("manoeuvre_head.") for n in model.trainable_names("expert"))
+    without = VLA(VLAConfig())
+    with pytest.raises(ValueError, match="no manoeuvre head"):
+        without.losses(observations, reasoning, target, manoeuvres=wanted)
+
+
+def test_manoeuvre_in_state_plans_the_datas_manoeuvre_in_training_and_the_heads_choice_when_planning(
+    observations, tmp_path
+):
+    """The state token ends in a one-hot: in the flow loss the data's manoeuvre (teacher forcing, so the
+    head's logits get no gradient from it), when planning and in the RL log-probs the head's argmax;
+    a reloaded copy plans the same, and a missing head file is refused."""
+    with pytest.raises(ValueError, match=r"manoeuvre_in_state: .* there is no head"):
+        VLA(VLAConfig(manoeuvre_in_state=True))
+    model = VLA(VLAConfig(manoeuvres=3, manoeuvre_in_state=True)).eval()
+    assert model.expert.config.state_dim == STATE_FEATURES + 3
+    batch = model.prepare(observations)
+    model.encode(batch)
+    chosen = batch["manoeuvre_logits"].argmax(1)
+    expected = torch.cat([batch["state"], F.one_hot(chosen, 3).float()], 1)
+    torch.testing.assert_close(model.planning_state(batch), expected)
+    _plans_alike_in_every_pass_and_after_a_reload(model, observations, tmp_path)
+    batch = model.prepare(observations)
+    model.reason(batch)
+    assert torch.equal(batch["manoeuvre_logits"].argmax(1), chosen)
+    # another manoeuvre, another plan: the head is given the one-hot on every token
+    given = model.prepare(observations)
+    ctx, mask = model.encode(given)
+    plans = []
+    for m in (0, 1):
+        given["manoeuvre"] = torch.full((2,), m)
+        plans.append(
+            sample_ode(
+                model.expert,
+                2,
+                ctx,
+                mask,
+                4,
+                torch.Generator().manual_seed(3),
+                model.device,
+                state=model.planning_state(given),
+            )
+        )
+    assert not torch.allclose(plans[0], plans[1])
+    target = torch.from_numpy(np.stack([np.cumsum(np.full((64, 3), [0.5, 0.0, 0.0], np.float32), 0)] * 2))
+    with pytest.raises(ValueError, match="pass manoeuvres"):
+        model.losses(observations, ["Stop."] * 2, target)
+    model.train().zero_grad()
+    losses = model.losses(
+        observations, ["Stop."] * 2, target, torch.Generator().manual_seed(0), manoeuvres=torch.tensor([2, 0])
+    )
+    losses["flow"].backward()
+    assert model.expert.state_embed[0].weight.grad[:, -3:].any()  # the one-hot reaches the state token
+    grad = model.manoeuvre_head.classify[2].weight.grad
+    assert grad is None or not grad.any()  # teacher forcing: the choice is not in it
+    (tmp_path / "vla" / "manoeuvre_head.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"manoeuvre_head\.safetensors: missing"):
+        VLA.from_pretrained(tmp_path / "vla")
+
+
+def _plans_alike_in_every_pass_and_after_a_reload(model: VLA, observations, tmp_path) -> None:
+    """The Flow-SDE log-prob ratio is 1 with and without sampled reasoning (the RL passes read the image
+    heads as sampling did), and a saved and reloaded copy plans the same, with and without reasoning
+    (the prompt's pass of ``generate`` reads them as ``encode`` does)."""
     for reasoning in (False, True):
         out = model.sample_with_log_prob(observations, generator=torch.Generator().manual_seed(1), reasoning=reasoning)
         _, chain, smask, logp = out[:4]
@@ -479,14 +589,7 @@ def test_perception_in_state_gives_the_state_token_what_the_probe_reads_in_every
         torch.testing.assert_close(again, logp, atol=1e-4, rtol=0)
     model.save_pretrained(tmp_path / "vla")
     reloaded = VLA.from_pretrained(tmp_path / "vla")
-    for reasoning in (False, True):  # the prompt's pass of generate gives the same reading as encode
+    for reasoning in (False, True):
         a = model.act_batch(observations, reasoning=reasoning, generator=torch.Generator().manual_seed(2))
         b = reloaded.act_batch(observations, reasoning=reasoning, generator=torch.Generator().manual_seed(2))
         assert all(np.array_equal(x["trajectory"], y["trajectory"]) for x, y in zip(a, b))
-    batch = model.prepare(observations)
-    model.reason(batch)
-    torch.testing.assert_close(batch["perceived"], read, atol=1e-5, rtol=0)
-    target = torch.from_numpy(np.stack([np.cumsum(np.full((64, 3), [0.5, 0.0, 0.0], np.float32), 0)] * 2))
-    model.train().zero_grad()
-    model.losses(observations, ["Stop."] * 2, target, torch.Generator().manual_seed(0))["flow"].backward()
-    assert model.perception_probe.value.weight.grad.any()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from rewards.transition import EgoState
 from tests.training.helpers import SCENARIOS, collect_settings
-from training.data import DrivingDataset, card_path, collect, future_in_ego_frame
+from training.data import DatasetError, DrivingDataset, card_path, collect, future_in_ego_frame
 from training.data.labels import (
     PERCEPTION_TARGETS,
     ConsistencyFilter,
@@ -27,11 +28,12 @@ def test_dataset_round_trip_and_card(dataset):
     assert card["rig"] == "alpamayo4" and card["image_size"] == [56, 112]
     assert sum(card["labels"]["meta_actions"].values()) >= len(ds)
     assert card["labels"]["filter"]["kept"] == len(ds)
-    obs, reasoning, target, perception = ds.batch([0, len(ds) - 1])
+    obs, reasoning, target, perception, manoeuvres = ds.batch([0, len(ds) - 1])
     assert obs[0]["cameras"].shape == (4, 1, 56, 112, 3) and obs[0]["cameras"].dtype == np.uint8
     assert target.shape == (2, 64, 3) and np.isfinite(target).all()
     assert all(r.endswith(".") for r in reasoning)
     assert perception.shape == (2, len(PERCEPTION_TARGETS)) and ((perception >= -1) & (perception <= 1)).all()
+    assert manoeuvres.dtype == np.int64 and manoeuvres.tolist() == ds.manoeuvres[[0, len(ds) - 1]].tolist()
     assert ds.arrays["perturbed"].any() and not ds.arrays["perturbed"].all()
     # the target is the driven future: at speed, it starts ahead of the car
     moving = ds.arrays["speed0"] > 3
@@ -210,3 +212,48 @@ def test_perception_targets_scale_what_is_ahead_and_read_as_far_when_nothing_is(
     assert got == pytest.approx(want)
     red = SceneFacts(signal_ahead={"state": "red", "distance": 10.0}, stop_sign_ahead=30.0)
     assert perception_targets(red)[PERCEPTION_TARGETS.index("stop_distance")] == pytest.approx(0.2)
+
+
+def test_manoeuvre_classes_come_from_each_samples_meta_actions_and_a_malformed_entry_is_refused(dataset, tmp_path):
+    """Lane changes and nudges to a side are that side's class, turns follow the route (keep_lane), left
+    first when a future has both; the dataset reads each sample's from its recorded meta-actions, and an
+    entry that is not a JSON list of names is a ``DatasetError`` naming the array and the sample."""
+    import zarr
+
+    from training.data.labels import MANOEUVRES, manoeuvre_class
+
+    assert [
+        MANOEUVRES[manoeuvre_class(m)]
+        for m in (
+            ["keep_lane", "keep_speed"],
+            ["turn_left", "decelerate"],
+            ["lane_change_left"],
+            ["nudge_right", "keep_lane"],
+            ["lane_change_right", "nudge_left"],
+            [],
+        )
+    ] == ["keep_lane", "keep_lane", "change_left", "change_right", "change_left", "keep_lane"]
+    ds = DrivingDataset(dataset)
+    expected = [manoeuvre_class(json.loads(m)) for m in ds.text["meta_actions"]]
+    assert ds.manoeuvres.tolist() == expected and ds.batch([1, 0]).manoeuvres.tolist() == expected[1::-1]
+    broken = tmp_path / "broken.zarr"
+    shutil.copytree(dataset, broken)
+    zarr.open_group(broken, mode="r+")["meta_actions"][3] = "lane_change_left"
+    with pytest.raises(DatasetError, match=r"broken\.zarr/meta_actions: sample 3 is not a JSON list"):
+        DrivingDataset(broken)
+
+
+def test_a_lane_change_not_under_way_by_then_reads_as_keep_lane():
+    """``manoeuvre_under_way``: a change counts once its future is 0.5 m towards its side at ``by_s``."""
+    from training.data.labels import MANOEUVRES, manoeuvre_under_way
+
+    keep, left, right = (MANOEUVRES.index(m) for m in ("keep_lane", "change_left", "change_right"))
+    targets = np.zeros((5, 64, 3), np.float32)
+    targets[0, 29, 1] = 0.6  # left, under way at 3 s
+    targets[1, 29, 1] = 0.4  # left, not yet
+    targets[2, 29, 1] = -0.7  # right, under way
+    targets[3, 29, 1] = 0.9  # "right" but moving left: not under way
+    targets[4, 29, 1] = 2.0  # keep_lane stays keep_lane
+    classes = np.array([left, left, right, right, keep])
+    assert manoeuvre_under_way(classes, targets, by_s=3.0).tolist() == [left, keep, right, keep, keep]
+    assert manoeuvre_under_way(classes, targets, by_s=2.0).tolist() == [keep] * 5  # index 19 is all zeros

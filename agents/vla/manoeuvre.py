@@ -1,0 +1,35 @@
+"""The manoeuvre head: which way the future leaves the lane (keep it, change to the left, to the right),
+predicted from the image tokens and the state token's ego features, and handed to the plan.
+
+Trained on the tiny VLA, the flow head never produces the expert's lane change: not from its own
+training samples, not with the teacher's "... change lanes to the left" in its context, not with lane
+changes drawn four times as often (docs/experiments/sft.md). What the head does follow is its state
+token. With ``manoeuvre_in_state`` the manoeuvre is a one-hot in that token: the flow loss sees the
+data's own (teacher forcing), so the head learns to plan a given manoeuvre; this head learns to choose
+one, and at planning time its argmax is the one planned. The split is conditional imitation learning's
+(Codevilla et al. 2018: a command picks the branch), with the command predicted instead of given, as
+Alpamayo's meta-actions are decided before the trajectory.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class ManoeuvreHead(nn.Module):
+    def __init__(self, hidden_size: int, state_size: int, n_classes: int, queries: int = 4, width: int = 128) -> None:
+        super().__init__()
+        self.score = nn.Linear(hidden_size, queries)  # attention-pooling queries over the image tokens
+        self.norm = nn.LayerNorm(hidden_size)  # the residual stream's scale, not the classifier's business
+        self.classify = nn.Sequential(
+            nn.Linear(queries * hidden_size + state_size, width), nn.SiLU(), nn.Linear(width, n_classes)
+        )
+
+    def forward(self, hidden: torch.Tensor, image_tokens: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, n_classes]`` from hidden states ``[B, T, H]`` pooled over ``image_tokens`` ``[B, T]``
+        (bool) and the state token's features ``[B, state_size]``."""
+        scores = self.score(hidden).float().masked_fill(~image_tokens[..., None], float("-inf"))
+        weights = torch.softmax(scores, dim=1)  # [B, T, queries], over the image tokens
+        pooled = self.norm(torch.einsum("btq,bth->bqh", weights, hidden.float()))
+        return self.classify(torch.cat([pooled.flatten(1), state.float()], 1))
