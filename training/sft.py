@@ -152,6 +152,8 @@ def train_sft(
         model.add_manoeuvre_head(len(MANOEUVRES))
     # the data's manoeuvres: what the head learns to choose, and what a plan given one is trained on
     give_manoeuvres = cfg.manoeuvre_weight > 0 or (isinstance(model, VLA) and model.config.manoeuvre_in_state)
+    if cfg.manoeuvre_by_s is not None and not give_manoeuvres:
+        raise ValueError("train.manoeuvre_by_s: no manoeuvre head to train or plan with (set manoeuvre_weight > 0)")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

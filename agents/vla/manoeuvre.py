@@ -8,7 +8,9 @@ token. With ``manoeuvre_in_state`` the manoeuvre is a one-hot in that token: the
 data's own (teacher forcing), so the head learns to plan a given manoeuvre; this head learns to choose
 one, and at planning time its argmax is the one planned. The split is conditional imitation learning's
 (Codevilla et al. 2018: a command picks the branch), with the command predicted instead of given, as
-Alpamayo's meta-actions are decided before the trajectory.
+Alpamayo's meta-actions are decided before the trajectory. Measured on the tiny VLA (stop 60): with
+the perception probe's loss the head learns to pass a parked car; the deterministic plan given that
+choice leaves its lane by a fifth of the expert's offset, while sampled plans make the whole swerve.
 """
 
 from __future__ import annotations

@@ -159,16 +159,19 @@ def test_the_perception_probe_trains_is_saved_resumes_exactly_and_needs_data_tha
     assert f"{old}: no perception array" in capsys.readouterr().err
 
 
-def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_datas_manoeuvres(dataset, tmp_path):
+def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_datas_manoeuvres(
+    dataset, tmp_path, capsys
+):
     """``manoeuvre_weight`` gives the VLA a manoeuvre head, logs its loss, saves it with the checkpoint and
-    resumes it exactly; ``manoeuvre_in_state`` widens the state token by the classes and plans them."""
+    resumes it exactly; ``manoeuvre_in_state`` widens the state token by the classes and plans them
+    (``manoeuvre_by_s``: the classes of changes under way); ``manoeuvre_by_s`` without a head is refused."""
     from safetensors.torch import load_file
 
     from training.data.labels import MANOEUVRES
 
     recipe = sft_recipe(tmp_path, dataset, steps=4, manoeuvre_weight=1.0)
     straight, broken = tmp_path / "straight", tmp_path / "broken"
-    in_state = ["--set", "model.manoeuvre_in_state=true"]
+    in_state = ["--set", "model.manoeuvre_in_state=true", "--set", "train.manoeuvre_by_s=3.0"]
     assert run_main(["--config", str(recipe), "--run-dir", str(straight), *in_state]) == 0
     assert (
         run_main(["--config", str(recipe), "--run-dir", str(broken), *in_state, "--set", "train.max_steps_this_run=2"])
@@ -188,6 +191,10 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     rows = metrics_of(straight)
     assert rows == metrics_of(broken) and all(r["loss/manoeuvre"] > 0 for r in rows if "loss/flow" in r)
     assert load_agent(f"vla:{final}?reasoning=0&noise=0").model.manoeuvre_head is not None
+    assert json.loads((straight / "config.json").read_text())["train"]["manoeuvre_by_s"] == 3.0
+    no_head = ["--config", str(recipe), "--run-dir", str(tmp_path / "no_head"), "--set", "train.manoeuvre_weight=0"]
+    assert run_main([*no_head, "--set", "train.manoeuvre_by_s=3.0"]) == 2
+    assert "train.manoeuvre_by_s: no manoeuvre head" in capsys.readouterr().err
 
 
 def test_a_recipe_that_learns_nothing_or_mixes_stages_and_parts_is_refused(dataset, tmp_path):
