@@ -53,8 +53,12 @@ from agents.vla.tokenizer import (
 
 SYSTEM = "You are a driving assistant."
 INSTRUCTION = "output the chain-of-thought reasoning of the driving process, then output the future trajectory"
-PERCEPTION_PROBE_FILE = "perception_probe.safetensors"  # beside action_expert.safetensors, when there is a probe
-MANOEUVRE_HEAD_FILE = "manoeuvre_head.safetensors"  # beside it, when there is a manoeuvre head
+# the modules saved beside the backbone, each as its own file (the optional heads when the model has them)
+MODULE_FILES = {
+    "expert": "action_expert.safetensors",
+    "perception_probe": "perception_probe.safetensors",
+    "manoeuvre_head": "manoeuvre_head.safetensors",
+}
 
 
 # the Qwen-VL config fields that name the vision tokens, and their tokens
@@ -722,13 +726,9 @@ class VLA(nn.Module, TrainableParts):
         path.mkdir(parents=True, exist_ok=True)
         self.backbone.save_pretrained(path / "backbone")  # safetensors
         self.tokenizer.save_pretrained(path / "tokenizer")
-        save_file({k: v.contiguous() for k, v in self.expert.state_dict().items()}, path / "action_expert.safetensors")
-        if self.perception_probe is not None:
-            weights = {k: v.contiguous() for k, v in self.perception_probe.state_dict().items()}
-            save_file(weights, path / PERCEPTION_PROBE_FILE)
-        if self.manoeuvre_head is not None:
-            weights = {k: v.contiguous() for k, v in self.manoeuvre_head.state_dict().items()}
-            save_file(weights, path / MANOEUVRE_HEAD_FILE)
+        for name, file in MODULE_FILES.items():
+            if (module := getattr(self, name)) is not None:
+                save_file({k: v.contiguous() for k, v in module.state_dict().items()}, path / file)
         cfg = self.config.model_dump(mode="json")
         (path / "vla_config.json").write_text(
             json.dumps({"vla": cfg, "expert": self.expert.config.to_dict()}, indent=1)
@@ -750,12 +750,7 @@ class VLA(nn.Module, TrainableParts):
             raise CheckpointError(f"{folder}: not a readable tokenizer ({type(e).__name__}: {str(e)[:200]})") from None
         check_tokenizer(tok, folder, SPECIAL)
         model = cls(cfg, tok, expert_cfg)
-        file = path / "action_expert.safetensors"
-        load_strict(model.expert, load_weights(file), file)
-        if model.perception_probe is not None:
-            file = path / PERCEPTION_PROBE_FILE
-            load_strict(model.perception_probe, load_weights(file), file)
-        if model.manoeuvre_head is not None:
-            file = path / MANOEUVRE_HEAD_FILE
-            load_strict(model.manoeuvre_head, load_weights(file), file)
+        for name, file in MODULE_FILES.items():
+            if (module := getattr(model, name)) is not None:
+                load_strict(module, load_weights(path / file), path / file)
         return model.to(device).eval()
