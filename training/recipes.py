@@ -98,7 +98,8 @@ class TrainSection(_Section):
     # right; agents/vla/manoeuvre.py), from the data's meta-actions; [model] manoeuvre_in_state plans its choice
     manoeuvre_weight: float = Field(0.0, ge=0)
     # a lane change counts as the manoeuvre only once its future has moved 0.5 m that way by this many seconds
-    # (training.data.labels.manoeuvre_under_way: "change now"); None: any lane change within the 6.4 s
+    # (training.data.labels.manoeuvre_under_way: "change now"); None: any lane change within the 6.4 s, or as
+    # the init_from checkpoint was trained (saved in its config, which RL's demonstrations read too)
     manoeuvre_by_s: float | None = Field(None, gt=0, le=6.4)
     # the weights that move: "vlm" with flow_weight = 0 is text-only post-training (the action expert frozen)
     parts: Literal["both", "vlm", "expert"] = "both"

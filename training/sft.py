@@ -30,7 +30,7 @@ from agents.vla.model import state_features
 from training import dagger
 from training.checkpoints import Checkpointer, latest_checkpoint, restore_trainer
 from training.data import DatasetError, DrivingDataset
-from training.data.labels import MANOEUVRES, manoeuvre_under_way
+from training.data.labels import MANOEUVRES
 from training.loop import learning_rate, prepare_run
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, finish, last_step_of_this_run
@@ -154,6 +154,8 @@ def train_sft(
     give_manoeuvres = cfg.manoeuvre_weight > 0 or (isinstance(model, VLA) and model.config.manoeuvre_in_state)
     if cfg.manoeuvre_by_s is not None and not give_manoeuvres:
         raise ValueError("train.manoeuvre_by_s: no manoeuvre head to train or plan with (set manoeuvre_weight > 0)")
+    if cfg.manoeuvre_by_s is not None:  # the classes' meaning travels with the checkpoint (RL's demonstrations)
+        model.config.manoeuvre_by_s = cfg.manoeuvre_by_s
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -203,10 +205,7 @@ def train_sft(
             if "perception" in weights:  # only a VLA with a probe takes them (an Alpamayo-R1 was refused above)
                 options["perception"] = torch.from_numpy(batch.perception)
             if give_manoeuvres:
-                chosen = batch.manoeuvres
-                if cfg.manoeuvre_by_s is not None:
-                    chosen = manoeuvre_under_way(chosen, batch.targets, cfg.manoeuvre_by_s)
-                options["manoeuvres"] = torch.from_numpy(chosen)
+                options["manoeuvres"] = torch.from_numpy(batch.manoeuvres_under_way(model.config.manoeuvre_by_s))
             with autocast:
                 losses = model.losses(
                     batch.observations,

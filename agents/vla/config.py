@@ -70,6 +70,14 @@ class VLAConfig(BaseModel):
         description="the action expert's state token also carries a manoeuvre (one-hot): the data's own in "
         "training, the manoeuvre head's choice when planning; the head plans the manoeuvre it is given",
     )
+    manoeuvre_by_s: float | None = Field(
+        None,
+        gt=0,
+        le=6.4,
+        description="what the manoeuvre classes mean: a lane change counts once its future is under way by this "
+        "many seconds (training.data.labels.manoeuvre_under_way); None: within the 6.4 s. Set by SFT's "
+        "[train] manoeuvre_by_s, so RL's demonstrations give the plan the classes it was trained on",
+    )
     # statistics of the training data (None: fixed scales); filled by SFT from its dataset
     action_mean: tuple[float, float] | None = None  # (accel, the lateral action)
     action_std: tuple[float, float] | None = None

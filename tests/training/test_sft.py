@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -164,10 +165,14 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
 ):
     """``manoeuvre_weight`` gives the VLA a manoeuvre head, logs its loss, saves it with the checkpoint and
     resumes it exactly; ``manoeuvre_in_state`` widens the state token by the classes and plans them
-    (``manoeuvre_by_s``: the classes of changes under way); ``manoeuvre_by_s`` without a head is refused."""
+    (``manoeuvre_by_s``: the classes of changes under way, saved with the checkpoint, so RL's behaviour-cloning
+    anchor gives the plan the same classes); ``manoeuvre_by_s`` without a head is refused."""
     from safetensors.torch import load_file
 
+    from agents.vla import VLA
+    from loopdrive.seeding import rng as seeded_rng
     from training.data.labels import MANOEUVRES
+    from training.rl.demonstrations import Demonstrations
 
     recipe = sft_recipe(tmp_path, dataset, steps=4, manoeuvre_weight=1.0)
     straight, broken = tmp_path / "straight", tmp_path / "broken"
@@ -192,6 +197,15 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     assert rows == metrics_of(broken) and all(r["loss/manoeuvre"] > 0 for r in rows if "loss/flow" in r)
     assert load_agent(f"vla:{final}?reasoning=0&noise=0").model.manoeuvre_head is not None
     assert json.loads((straight / "config.json").read_text())["train"]["manoeuvre_by_s"] == 3.0
+    assert saved["vla"]["manoeuvre_by_s"] == 3.0  # what its classes mean travels with it, to RL's anchor:
+    policy, given = VLA.from_pretrained(final), []
+    plain_losses = policy.losses
+    policy.losses = lambda *a, **k: given.append(k["manoeuvres"]) or plain_losses(*a, **k)
+    demos = Demonstrations(dataset, seed=0, batch=4, with_text=False)
+    assert torch.isfinite(demos.loss(policy, step=0))
+    rng = seeded_rng("demonstrations", 0, 0)  # the anchor's batch of step 0
+    idx = np.sort(rng.choice(len(demos.data), size=4, replace=False))
+    np.testing.assert_array_equal(given[0].numpy(), demos.data.batch(idx).manoeuvres_under_way(3.0))
     no_head = ["--config", str(recipe), "--run-dir", str(tmp_path / "no_head"), "--set", "train.manoeuvre_weight=0"]
     assert run_main([*no_head, "--set", "train.manoeuvre_by_s=3.0"]) == 2
     assert "train.manoeuvre_by_s: no manoeuvre head" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import zarr
 
-from training.data.labels import manoeuvre_class
+from training.data.labels import manoeuvre_class, manoeuvre_under_way
 
 FORMAT = "loopdrive-driving-data/2"  # 2: the target's yaw is the direction of motion
 NUMERIC = {
@@ -60,6 +60,10 @@ class SampleBatch(NamedTuple):
             None if any(p is None for p in perception) else np.concatenate(perception),
             np.concatenate([b.manoeuvres for b in batches]),
         )
+
+    def manoeuvres_under_way(self, by_s: float | None) -> np.ndarray:
+        """The manoeuvre classes as a head trained with ``manoeuvre_by_s = by_s`` knows them (None: as recorded)."""
+        return self.manoeuvres if by_s is None else manoeuvre_under_way(self.manoeuvres, self.targets, by_s)
 
 
 def card_path(dataset: str | Path) -> Path:

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents.alpamayo.model import AlpamayoR1
+from agents.vla import VLA
 from loopdrive.seeding import rng as seeded_rng
 from training.data import DrivingDataset
 from training.recipes import GRPORecipe, PPORecipe
@@ -30,14 +32,17 @@ class Demonstrations:
         self.data = DrivingDataset(path, max_gb=max_gb)
         self.seed, self.batch, self.with_text = seed, batch, with_text
 
-    def loss(self, policy, step: int) -> torch.Tensor:
+    def loss(self, policy: VLA | AlpamayoR1, step: int) -> torch.Tensor:
         """The SFT loss of ``policy`` on the batch of learner step ``step`` (the same batch for the same step)."""
         rng = seeded_rng("demonstrations", self.seed, step)
         idx = np.sort(rng.choice(len(self.data), size=min(self.batch, len(self.data)), replace=False))
         batch = self.data.batch(idx)
         gen = torch.Generator(device=policy.device).manual_seed(int(rng.integers(2**31)))
         targets = torch.from_numpy(batch.targets).to(policy.device)
-        losses = policy.losses(batch.observations, batch.reasoning, targets, generator=gen)
+        options = {}
+        if isinstance(policy, VLA) and policy.config.manoeuvre_in_state:  # given the data's manoeuvre, as in SFT
+            options["manoeuvres"] = torch.from_numpy(batch.manoeuvres_under_way(policy.config.manoeuvre_by_s))
+        losses = policy.losses(batch.observations, batch.reasoning, targets, generator=gen, **options)
         return losses["flow"] + (losses["text"] if self.with_text else 0.0)
 
 
