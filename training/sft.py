@@ -152,9 +152,9 @@ def train_sft(
         model.add_manoeuvre_head(len(MANOEUVRES))
     # the data's manoeuvres: what the head learns to choose, and what a plan given one is trained on
     give_manoeuvres = cfg.manoeuvre_weight > 0 or (isinstance(model, VLA) and model.config.manoeuvre_in_state)
-    if cfg.manoeuvre_by_s is not None and not give_manoeuvres:
-        raise ValueError("train.manoeuvre_by_s: no manoeuvre head to train or plan with (set manoeuvre_weight > 0)")
     if cfg.manoeuvre_by_s is not None:  # the classes' meaning travels with the checkpoint (RL's demonstrations)
+        if not give_manoeuvres:
+            raise ValueError("train.manoeuvre_by_s: no manoeuvre head to train or plan with (set manoeuvre_weight > 0)")
         model.config.manoeuvre_by_s = cfg.manoeuvre_by_s
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
