@@ -18,7 +18,13 @@ from loopdrive.plugins import load_object
 
 BUILTIN: dict[str, Callable[[], Agent]] = {"expert": Expert, "constant_velocity": ConstantVelocity, "stop": Stop}
 # vla:PATH?option=value&...
-VLA_OPTIONS = {"reasoning": "0|1", "noise": "<scale>", "steps": "<n >= 1>", "guidance": "<w> or <w_accel>,<w_lateral>"}
+VLA_OPTIONS = {
+    "reasoning": "0|1",
+    "noise": "<scale>",
+    "steps": "<n >= 1>",
+    "guidance": "<w> or <w_accel>,<w_lateral>",
+    "hold": "<decisions >= 0>",
+}
 
 
 class AgentSpecError(ValueError):
@@ -70,6 +76,9 @@ def load_agent(spec: str) -> Agent:
         if "steps" in options and (steps < 1 or steps != int(steps)):
             raise AgentSpecError(f"agent {spec!r}: steps must be a whole number >= 1, got {options['steps']!r}")
         noise, guidance = _number(spec, options, "noise", 1.0), _guidance(spec, options)
+        hold = _number(spec, options, "hold", 0)
+        if hold < 0 or hold != int(hold):
+            raise AgentSpecError(f"agent {spec!r}: hold must be a whole number >= 0, got {options['hold']!r}")
         try:
             return VLAAgent(
                 path,
@@ -77,8 +86,9 @@ def load_agent(spec: str) -> Agent:
                 noise_scale=noise,
                 flow_steps=int(steps) or None,
                 guidance=guidance,
+                hold=int(hold),
             )
-        except ValueError as e:  # a damaged checkpoint (CheckpointError), or guidance it cannot do
+        except ValueError as e:  # a damaged checkpoint (CheckpointError), or guidance or a hold it cannot do
             raise AgentSpecError(f"agent {spec!r}: {e}") from None
     if spec.startswith("alpamayo:"):
         from agents.alpamayo.agent import AlpamayoAgent

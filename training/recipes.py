@@ -154,6 +154,7 @@ class EvalSection(_Section):
     reasoning: bool = False  # trajectory-only decisions are much faster on CPU
     noise: float = Field(1.0, ge=0)  # the flow's initial-noise scale (0: the deterministic plan)
     guidance: list[float] | None = Field(None, min_length=1, max_length=2)  # context guidance (accel[, lateral])
+    hold: int = Field(0, ge=0)  # decisions a lane change the manoeuvre head chooses is planned for (0: none)
     workers: int = 0
     # a split (e.g. "val") for model selection: the periodic evaluations run there and ``final`` is the
     # checkpoint that scored best (for RL, the starting policy is a candidate too); None: final = the last
@@ -164,6 +165,8 @@ class EvalSection(_Section):
         options = f"reasoning={int(self.reasoning)}&noise={self.noise:g}"
         if self.guidance is not None:
             options += "&guidance=" + ",".join(f"{w:g}" for w in self.guidance)
+        if self.hold:
+            options += f"&hold={self.hold}"
         return options
 
 

@@ -30,7 +30,7 @@ from agents.vla.model import state_features
 from training import dagger
 from training.checkpoints import Checkpointer, latest_checkpoint, restore_trainer
 from training.data import DatasetError, DrivingDataset
-from training.data.labels import MANOEUVRES
+from training.data.labels import MANOEUVRES, manoeuvre_under_way
 from training.loop import learning_rate, prepare_run
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, finish, last_step_of_this_run
@@ -68,6 +68,29 @@ def action_statistics(
     std = torch.maximum(flat.std(0), floor)
     mean, std = flat.mean(0).tolist(), std.tolist()
     return (mean[0], mean[1]), (std[0], std[1])
+
+
+def manoeuvre_origins(dataset: DrivingDataset, config: VLAConfig) -> list[list[list[float]]]:
+    """Each manoeuvre's mean plan in the data (the classes as ``config.manoeuvre_by_s`` reads them), in the
+    flow head's normalised actions: where ``manoeuvre_origin`` starts a plan given that manoeuvre."""
+    targets = dataset.arrays["target"][:]
+    by_s = config.manoeuvre_by_s
+    classes = dataset.manoeuvres if by_s is None else manoeuvre_under_way(dataset.manoeuvres, targets, by_s)
+    hist = torch.from_numpy(dataset.arrays["ego_history"][:])
+    actions = action_space.from_trajectory(
+        torch.from_numpy(targets).float(), action_space.initial_speed(hist), lateral=config.lateral_action
+    )
+    normalised = action_space.normalise(actions, config.action_mean, config.action_std, config.lateral_action)
+    origins = []
+    for k, name in enumerate(MANOEUVRES):
+        chosen = torch.from_numpy(classes == k)
+        if not bool(chosen.any()):
+            raise DatasetError(
+                f"{dataset.path}: no sample of manoeuvre {name!r}; [model] manoeuvre_origin starts each manoeuvre's "
+                "plans from its mean plan in the data: collect data with it, or set manoeuvre_origin = false"
+            )
+        origins.append(normalised[chosen].mean(0).tolist())
+    return origins
 
 
 def state_statistics(dataset: DrivingDataset, config: VLAConfig, limit: int = 4096) -> tuple[list[float], list[float]]:
@@ -151,11 +174,13 @@ def train_sft(
             raise ValueError("train.manoeuvre_weight: the manoeuvre head is a LoopDrive VLA part; set it to 0")
         model.add_manoeuvre_head(len(MANOEUVRES))
     # the data's manoeuvres: what the head learns to choose, and what a plan given one is trained on
-    give_manoeuvres = cfg.manoeuvre_weight > 0 or (isinstance(model, VLA) and model.config.manoeuvre_in_state)
+    give_manoeuvres = cfg.manoeuvre_weight > 0 or (isinstance(model, VLA) and model.plans_a_manoeuvre)
     if cfg.manoeuvre_by_s is not None:  # the classes' meaning travels with the checkpoint (RL's demonstrations)
         if not give_manoeuvres:
             raise ValueError("train.manoeuvre_by_s: no manoeuvre head to train or plan with (set manoeuvre_weight > 0)")
         model.config.manoeuvre_by_s = cfg.manoeuvre_by_s
+    if isinstance(model, VLA) and model.config.manoeuvre_origin and model.config.manoeuvre_origins is None:
+        model.config.manoeuvre_origins = manoeuvre_origins(dataset, model.config)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -1,6 +1,7 @@
 """``vla:PATH``: a saved VLA as an agent (reasoning on by default, ``vla:PATH?reasoning=0`` to skip;
 ``flow_steps`` overrides the model's denoising steps; ``guidance`` is context guidance's weight, one or
-one per action dimension, for a model trained with ``flow_unconditional``)."""
+one per action dimension, for a model trained with ``flow_unconditional``; ``hold`` keeps a lane change
+the manoeuvre head chooses for that many decisions, for a model whose plan is given its manoeuvre)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 
 from agents.base import AgentOutput, ModelAgent
 from agents.vla.flow import Guidance
+from agents.vla.manoeuvre import ManoeuvreHold
 
 
 class VLAAgent(ModelAgent):
@@ -24,17 +26,37 @@ class VLAAgent(ModelAgent):
         noise_scale: float = 1.0,
         flow_steps: int | None = None,
         guidance: Guidance | None = None,
+        hold: int = 0,
     ) -> None:
         from agents.vla.model import VLA
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model = VLA.from_pretrained(path, device)
         self.reasoning, self.seed, self.noise_scale = reasoning, seed, noise_scale
-        self.flow_steps, self.guidance = flow_steps, guidance
+        self.flow_steps, self.guidance, self.hold = flow_steps, guidance, hold
         self.model.check_guidance(guidance)  # at load time, not at the first decision
+        if hold and not self.model.plans_a_manoeuvre:
+            raise ValueError(
+                f"hold = {hold}: this VLA's plan is given no manoeuvre (its vla_config.json has neither "
+                "manoeuvre_in_state nor manoeuvre_origin), so there is none to hold"
+            )
+        self._held: ManoeuvreHold | None = None
+
+    def reset(self, episode_info: dict[str, Any]) -> None:
+        super().reset(episode_info)
+        self._held = ManoeuvreHold(self.hold) if self.hold else None
 
     def act_batch(self, observations: list[dict[str, Any]]) -> list[AgentOutput]:
+        choose = None
+        if self._held is not None:
+            if len(observations) != 1:
+                raise ValueError(f"hold: an agent holds one episode's manoeuvre; {len(observations)} observations")
+            choose = self._hold
         outs = self.model.act_batch(
-            observations, self.reasoning, self.generator, self.noise_scale, self.flow_steps, self.guidance
+            observations, self.reasoning, self.generator, self.noise_scale, self.flow_steps, self.guidance, choose
         )
         return [AgentOutput(o["trajectory"], o["reasoning"]) for o in outs]
+
+    def _hold(self, chosen: torch.Tensor) -> torch.Tensor:
+        """The manoeuvre planned: the head's choice, or the lane change this episode holds."""
+        return chosen.new_tensor([self._held(int(c)) for c in chosen])

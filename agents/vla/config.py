@@ -70,6 +70,12 @@ class VLAConfig(BaseModel):
         description="the action expert's state token also carries a manoeuvre (one-hot): the data's own in "
         "training, the manoeuvre head's choice when planning; the head plans the manoeuvre it is given",
     )
+    manoeuvre_origin: bool = Field(
+        False,
+        description="the flow starts from the planned manoeuvre's mean plan in the SFT data (manoeuvre_origins) "
+        "plus the prior's noise, not from the noise alone (DiffusionDrive's anchors): the manoeuvre is in the "
+        "noisy actions the head denoises, which it cannot ignore as it can an input. Needs a manoeuvre head",
+    )
     manoeuvre_by_s: float | None = Field(
         None,
         gt=0,
@@ -83,6 +89,8 @@ class VLAConfig(BaseModel):
     action_std: tuple[float, float] | None = None
     state_mean: list[float] | None = None  # the state token's features
     state_std: list[float] | None = None
+    # [class][step][accel, lateral action]: each manoeuvre's mean plan in normalised actions (manoeuvre_origin)
+    manoeuvre_origins: list[list[list[float]]] | None = None
     observation: ObservationSetup | None = None  # filled by SFT from its dataset (None: saved before it was)
     extra: dict[str, Any] = Field(default_factory=dict)
 

@@ -8,7 +8,10 @@ a cache it attends to the state token alone: the field context guidance (``guide
 against.
 
 Time convention (Alpamayo): t = 0 is noise, t = 1 is data; x_t = t x + (1 - t) eps, v = x - eps;
-training samples t from Beta(1.5, 1). For the SDE we switch to Flow-GRPO's s = 1 - t (1 = noise):
+training samples t from Beta(1.5, 1). An ``origin`` shifts the source: eps ~ N(origin, I), one origin
+per sample (DiffusionDrive's anchors, Liao et al. 2025: the flow starts from the chosen mode's mean plan,
+so the mode is readable in the noisy actions themselves, not only in a conditioning input).
+For the SDE we switch to Flow-GRPO's s = 1 - t (1 = noise):
 sigma = a sqrt(s / (1 - s)); mean = x (1 + sigma^2 dt / (2 s)) + v_s (1 + sigma^2 (1 - s) / (2 s)) dt,
 std = sigma sqrt(-dt), with v_s = -v and dt = -1 / steps; every stochastic step is Gaussian, so
 its log-probability is exact and can be recomputed under new weights (``log_prob``).
@@ -174,8 +177,10 @@ def flow_matching_loss(
     context_mask: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     state: torch.Tensor | None = None,
+    origin: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """MSE between predicted and target velocity (x - eps) at t ~ Beta(1.5, 1) (mapped to [0.001, 0.999])."""
+    """MSE between predicted and target velocity (x - eps) at t ~ Beta(1.5, 1) (mapped to [0.001, 0.999]);
+    ``origin`` (like ``x1``): where each sample's source noise is centred (None: at 0)."""
     B = x1.shape[0]
     beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
     if generator is None:
@@ -184,6 +189,8 @@ def flow_matching_loss(
         t = torch.rand(B, generator=generator, device=x1.device, dtype=x1.dtype) ** (1 / 1.5)
     t = 0.001 + 0.998 * t
     eps = torch.randn(x1.shape, generator=generator, device=x1.device, dtype=x1.dtype)
+    if origin is not None:
+        eps = eps + origin.to(eps)
     x_t = t.view(B, 1, 1) * x1 + (1 - t.view(B, 1, 1)) * eps
     return F.mse_loss(expert(x_t, t, context, context_mask, state), x1 - eps)
 
@@ -202,12 +209,13 @@ def sample_ode(
     state: torch.Tensor | None = None,
     noise_scale: float = 1.0,
     guidance: Guidance | None = None,
+    origin: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Euler integration of the learned ODE from noise (t = 0) to actions (t = 1). ``noise_scale``
-    < 1 starts closer to the prior's mean (0: a deterministic, mode-seeking plan). ``guidance`` w
-    (one, or one per action dimension) follows :func:`guided_velocity` instead of the plain field."""
-    c = expert.config
-    x = noise_scale * torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
+    < 1 starts closer to the prior's mean (0: a deterministic, mode-seeking plan), ``origin`` [B, steps,
+    dims] (None: 0) when the expert was trained from shifted sources. ``guidance`` w (one, or one per
+    action dimension) follows :func:`guided_velocity` instead of the plain field."""
+    x = _source(expert, batch, generator, device, dtype, noise_scale, origin)
     w = None if guidance is None else torch.as_tensor(guidance, dtype=dtype, device=x.device).reshape(-1)
     if w is not None and bool((w == 1).all()):  # w = 1 is the plain field: one pass, not two
         w = None
@@ -239,6 +247,13 @@ def guided_velocity(
     conditional = expert(x_t, t, context, context_mask, state)
     state_only = expert(x_t, t, None, None, state)  # = the context fully masked (tested)
     return state_only + w * (conditional - state_only)
+
+
+def _source(expert: ActionExpert, batch: int, generator, device, dtype, noise_scale: float, origin) -> torch.Tensor:
+    """Where sampling starts: ``origin`` (None: 0) plus ``noise_scale`` x the prior's noise."""
+    c = expert.config
+    x = noise_scale * torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
+    return x if origin is None else x + origin.to(x)
 
 
 # one level, or one per action dimension (accel, curvature); log_prob also takes a [B, dims] tensor,
@@ -290,10 +305,11 @@ def sample_sde(
     dtype=torch.float32,
     state: torch.Tensor | None = None,
     noise_scale: float = 1.0,
+    origin: torch.Tensor | None = None,
 ):
     """Sample with the ODE turned into an SDE on ``stochastic`` steps ("one" random step, or "all").
 
-    ``noise_scale`` scales the starting noise as in :func:`sample_ode` (0: explore around the
+    ``noise_scale`` and ``origin`` place the start as in :func:`sample_ode` (noise 0: explore around the
     deterministic plan; the start is not part of the log-prob, which covers the stochastic steps).
     ``noise_level`` per action dimension, e.g. ``(0.0, 0.5)``, explores the curvature only: the
     acceleration then follows the ODE and stays out of the log-prob.
@@ -303,8 +319,7 @@ def sample_sde(
     """
     if stochastic not in ("one", "all"):
         raise ValueError(f"stochastic must be 'one' or 'all', got {stochastic!r}")
-    c = expert.config
-    x = noise_scale * torch.randn(batch, c.steps, c.action_dim, generator=generator, device=device, dtype=dtype)
+    x = _source(expert, batch, generator, device, dtype, noise_scale, origin)
     if stochastic == "all":
         mask = torch.ones(steps, dtype=torch.bool)
     else:

@@ -15,6 +15,8 @@ choice leaves its lane by a fifth of the expert's offset, while sampled plans ma
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -35,3 +37,25 @@ class ManoeuvreHead(nn.Module):
         weights = torch.softmax(scores, dim=1)  # [B, T, queries], over the image tokens
         pooled = self.norm(torch.einsum("btq,bth->bqh", weights, hidden.float()))
         return self.classify(torch.cat([pooled.flatten(1), state.float()], 1))
+
+
+@dataclass
+class ManoeuvreHold:
+    """One episode's lane change, held once the head chooses it: planned at ``decisions`` decisions in a row
+    (the one it was chosen at included) unless the head chooses another change. Closed loop the head's
+    choice flickers in front of a parked car (a change at a third to two thirds of the decisions), and a
+    plan that obeys each decision edges out and back into the car; measured in docs/experiments/rl.md."""
+
+    decisions: int
+    held: int = 0  # the class being held (0: keep_lane, none)
+    left: int = 0  # further decisions it is held for
+
+    def __call__(self, chosen: int) -> int:
+        """The manoeuvre to plan at this decision, given the head's choice."""
+        if chosen:
+            self.held, self.left = chosen, self.decisions - 1
+            return chosen
+        if self.left > 0:
+            self.left -= 1
+            return self.held
+        return chosen

@@ -10,7 +10,7 @@ turn is prefilled with the reasoning-start token. Output: reasoning text (greedy
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -223,6 +223,11 @@ class VLA(nn.Module, TrainableParts):
                 "manoeuvre_in_state: the plan is given the manoeuvre head's choice, and there is no head "
                 "(SFT builds one with [train] manoeuvre_weight > 0)"
             )
+        if config.manoeuvre_origin and not config.manoeuvres:
+            raise ValueError(
+                "manoeuvre_origin: the flow starts from the manoeuvre head's choice, and there is no head "
+                "(SFT builds one with [train] manoeuvre_weight > 0)"
+            )
         perceived = config.perception_targets if config.perception_in_state else 0
         chosen = config.manoeuvres if config.manoeuvre_in_state else 0
         state_dim = STATE_FEATURES + perceived + chosen
@@ -311,10 +316,16 @@ class VLA(nn.Module, TrainableParts):
         self.config.manoeuvres = n_classes
 
     @property
+    def plans_a_manoeuvre(self) -> bool:
+        """Whether a plan is given a manoeuvre (in its state token, or as where its flow starts): the data's
+        in training, the manoeuvre head's choice when planning."""
+        return self.config.manoeuvre_in_state or self.config.manoeuvre_origin
+
+    @property
     def plans_from_image_heads(self) -> bool:
         """Whether the plan's state token holds what a head read off the image tokens (so every VLM pass
         that plans must return its hidden states)."""
-        return self.config.perception_in_state or self.config.manoeuvre_in_state
+        return self.config.perception_in_state or self.plans_a_manoeuvre
 
     # --- inputs --------------------------------------------------------------------------------------------
     def _prompt(self, obs: dict[str, Any], n_images: int, tokens_per_image: int) -> str:
@@ -329,11 +340,18 @@ class VLA(nn.Module, TrainableParts):
         )
 
     def prepare(self, observations: list[dict[str, Any]], reasoning: list[str] | None = None) -> dict[str, Any]:
-        """Tokens, pixels and (for training) labels of a batch of observations."""
+        """Tokens, pixels and (for training) labels of a batch of observations (as many frames per camera as
+        the model learnt from: more are more image tokens, a prompt it never saw, and it plans worse)."""
         h, w = self.config.image_size
+        learnt = self.config.observation
         images = []
         for obs in observations:
             cams = np.asarray(obs["cameras"])  # [n_cams, n_frames, H, W, 3], camera-major order
+            if learnt is not None and cams.shape[1] != learnt.n_frames:
+                raise ValueError(
+                    f"an observation with {cams.shape[1]} frame(s) per camera: this VLA learnt from "
+                    f"{learnt.n_frames} (its vla_config.json observation); render n_frames = {learnt.n_frames}"
+                )
             images += [cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in cams.reshape(-1, *cams.shape[-3:])]
         n_images = len(images) // len(observations)
         per_image = (h // 28) * (w // 28)
@@ -449,9 +467,25 @@ class VLA(nn.Module, TrainableParts):
         if self.config.perception_in_state:
             parts.append(batch["perceived"].to(batch["state"].dtype))
         if self.config.manoeuvre_in_state:
-            chosen = batch["manoeuvre"] if "manoeuvre" in batch else batch["manoeuvre_logits"].argmax(1)
-            parts.append(F.one_hot(chosen, self.config.manoeuvres).to(batch["state"].dtype))
+            parts.append(F.one_hot(self.planned_manoeuvre(batch), self.config.manoeuvres).to(batch["state"].dtype))
         return torch.cat(parts, 1) if len(parts) > 1 else parts[0]
+
+    @staticmethod
+    def planned_manoeuvre(batch: dict[str, Any]) -> torch.Tensor:
+        """The manoeuvre classes ``[B]`` a plan is given: ``batch["manoeuvre"]`` when training gives the data's
+        (or an agent overrides the head), else the head's choice in the batch's VLM pass."""
+        return batch["manoeuvre"] if "manoeuvre" in batch else batch["manoeuvre_logits"].argmax(1)
+
+    def flow_origin(self, batch: dict[str, Any]) -> torch.Tensor | None:
+        """With ``manoeuvre_origin``, where each sample's flow starts: its planned manoeuvre's mean plan in
+        the SFT data (normalised actions ``[B, steps, dims]``); else None (the prior's centre, 0)."""
+        c = self.config
+        if not c.manoeuvre_origin:
+            return None
+        if c.manoeuvre_origins is None:
+            raise ValueError("manoeuvre_origin: this VLA has no manoeuvre_origins (SFT fills them from its data)")
+        origins = torch.tensor(c.manoeuvre_origins, dtype=torch.float32, device=self.device)
+        return origins[self.planned_manoeuvre(batch).to(self.device)]
 
     def actions_to_trajectory(self, u: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
         c = self.config
@@ -480,10 +514,12 @@ class VLA(nn.Module, TrainableParts):
         noise_scale: float = 1.0,
         steps: int | None = None,
         guidance: Guidance | None = None,
+        choose: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> list[dict[str, Any]]:
         """The deterministic plan (the ODE from ``noise_scale`` x the prior's sample) in ``steps`` Euler
         steps (None: the model's ``flow_steps``), with the reasoning first when ``reasoning``, and
-        context guidance ``guidance`` (None: none; needs a head trained with ``flow_unconditional``)."""
+        context guidance ``guidance`` (None: none; needs a head trained with ``flow_unconditional``).
+        ``choose`` maps the manoeuvre head's choices ``[B]`` to the ones planned (an agent's hold)."""
         self.check_guidance(guidance)
         batch = self.prepare(observations)
         texts = [None] * len(observations)
@@ -491,6 +527,10 @@ class VLA(nn.Module, TrainableParts):
             texts, ctx, mask = self.reason(batch)
         else:
             ctx, mask = self.encode(batch)
+        if choose is not None:
+            if not self.plans_a_manoeuvre:
+                raise ValueError("choose: this VLA's plan is given no manoeuvre (manoeuvre_in_state, manoeuvre_origin)")
+            batch["manoeuvre"] = choose(batch["manoeuvre_logits"].argmax(1))
         u = sample_ode(
             self.expert,
             len(observations),
@@ -502,6 +542,7 @@ class VLA(nn.Module, TrainableParts):
             state=self.planning_state(batch),
             noise_scale=noise_scale,
             guidance=guidance,
+            origin=self.flow_origin(batch),
         )
         traj = self.actions_to_trajectory(u, batch["v0"]).cpu().numpy().astype(np.float32)
         return [{"trajectory": traj[i], "reasoning": texts[i]} for i in range(len(observations))]
@@ -545,6 +586,7 @@ class VLA(nn.Module, TrainableParts):
             self.device,
             state=self.planning_state(batch),
             noise_scale=init_noise,
+            origin=self.flow_origin(batch),
         )
         traj = self.actions_to_trajectory(u, batch["v0"])
         if reasoning:
@@ -683,8 +725,8 @@ class VLA(nn.Module, TrainableParts):
             raise ValueError("perception targets given, but this VLA has no perception probe (add_perception_probe)")
         if manoeuvres is not None and self.manoeuvre_head is None:
             raise ValueError("manoeuvres given, but this VLA has no manoeuvre head (add_manoeuvre_head)")
-        if self.config.manoeuvre_in_state and manoeuvres is None:
-            raise ValueError("manoeuvre_in_state: the flow loss plans the data's manoeuvres; pass manoeuvres")
+        if self.plans_a_manoeuvre and manoeuvres is None:
+            raise ValueError("a plan given a manoeuvre: the flow loss plans the data's manoeuvres; pass manoeuvres")
         heads = perception is not None or manoeuvres is not None or self.plans_from_image_heads
         out = self._vlm_forward(self._vlm_inputs(batch), use_cache=True, output_hidden_states=heads)
         if heads:
@@ -698,9 +740,11 @@ class VLA(nn.Module, TrainableParts):
         actions = action_space.from_trajectory(trajectories.float(), batch["v0"].float(), lateral=c.lateral_action)
         target = action_space.normalise(actions, c.action_mean, c.action_std, c.lateral_action)
         mask, state, start = batch["attention_mask"], self.planning_state(batch), batch["reasoning_start"]
+        origin = self.flow_origin(batch)
         if flow_samples > 1:
             ctx = [(k.repeat_interleave(flow_samples, 0), v.repeat_interleave(flow_samples, 0)) for k, v in ctx]
             target, mask, state, start = (x.repeat_interleave(flow_samples, 0) for x in (target, mask, state, start))
+            origin = None if origin is None else origin.repeat_interleave(flow_samples, 0)
         if prompt_only > 0:
             drop = torch.rand(len(mask), generator=generator, device=mask.device) < prompt_only
             reasoning_part = torch.arange(mask.shape[1], device=mask.device)[None] >= start[:, None]
@@ -712,7 +756,7 @@ class VLA(nn.Module, TrainableParts):
             hide = torch.rand(len(state), generator=generator, device=state.device) < motion_dropout
             state = state.clone()
             state[hide, EGO_MOTION] = 0.0  # standardised: 0 is the data's mean
-        flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state)
+        flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state, origin=origin)
         losses = {"text": text, "flow": flow}
         if perception is not None:
             losses["perception"] = F.mse_loss(batch["perceived"], perception.to(batch["perceived"]))

@@ -187,3 +187,11 @@ def test_vla_spec_options(tmp_path):
     for bad in ("2,1,1", "strong", "2,"):
         with pytest.raises(AgentSpecError, match="guidance must be w or w_accel,w_lateral"):
             load_agent(f"vla:{tmp_path / 'guided'}?guidance={bad}")
+    with pytest.raises(AgentSpecError, match="plan is given no manoeuvre"):  # nothing to hold
+        load_agent(f"vla:{tmp_path / 'vla'}?hold=6")
+    VLA(VLAConfig(size="tiny", manoeuvres=3, manoeuvre_in_state=True)).save_pretrained(tmp_path / "manoeuvre")
+    assert load_agent(f"vla:{tmp_path / 'manoeuvre'}?hold=6").hold == 6
+    assert load_agent(f"vla:{tmp_path / 'manoeuvre'}").hold == 0
+    for bad in ("-1", "2.5"):
+        with pytest.raises(AgentSpecError, match="hold must be a whole number"):
+            load_agent(f"vla:{tmp_path / 'manoeuvre'}?hold={bad}")

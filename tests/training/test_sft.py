@@ -211,6 +211,41 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     assert "train.manoeuvre_by_s: no manoeuvre head" in capsys.readouterr().err
 
 
+def test_manoeuvre_origins_are_each_classs_mean_plan_and_data_without_a_class_is_refused(dataset, tmp_path, capsys):
+    """``manoeuvre_origin``'s starts are each class's mean target in the flow's normalised actions (the classes
+    as ``manoeuvre_by_s`` reads them); an SFT run on data without one of the classes is refused by name;
+    ``[eval] hold`` reaches the agent spec its evaluations drive."""
+    from agents.vla import action_space
+    from agents.vla.config import VLAConfig
+    from training.data import DrivingDataset
+    from training.data.labels import MANOEUVRES, manoeuvre_under_way
+    from training.sft import manoeuvre_origins
+
+    data = DrivingDataset(dataset)
+    data.manoeuvres = np.arange(len(data)) % len(MANOEUVRES)  # every class, whatever the smoke run drove
+    config = VLAConfig(
+        lateral_action="lateral_acceleration", action_mean=(0.2, 0.01), action_std=(1.1, 0.4), manoeuvre_by_s=3.0
+    )
+    origins = torch.tensor(manoeuvre_origins(data, config))
+    assert origins.shape == (len(MANOEUVRES), 64, 2)
+    targets = torch.from_numpy(data.arrays["target"][:]).float()
+    speed = action_space.initial_speed(torch.from_numpy(data.arrays["ego_history"][:]))
+    actions = action_space.from_trajectory(targets, speed, lateral="lateral_acceleration")
+    normalised = (actions - torch.tensor([0.2, 0.01])) / torch.tensor([1.1, 0.4])
+    classes = manoeuvre_under_way(data.manoeuvres, targets.numpy(), 3.0)
+    for k in range(len(MANOEUVRES)):
+        if (classes == k).any():
+            torch.testing.assert_close(origins[k], normalised[torch.from_numpy(classes == k)].mean(0))
+    recipe = sft_recipe(tmp_path, dataset, steps=2, manoeuvre_weight=1.0)
+    run = ["--config", str(recipe), "--run-dir", str(tmp_path / "run"), "--set", "model.manoeuvre_origin=true"]
+    present = set(DrivingDataset(dataset).manoeuvres.tolist())
+    missing = next(name for k, name in enumerate(MANOEUVRES) if k not in present)  # lead_brake and curve: no change
+    assert run_main(run) == 2
+    assert f"{dataset}: no sample of manoeuvre {missing!r}" in capsys.readouterr().err
+    # its evaluations (and DAgger rounds) can hold the head's lane changes
+    assert load_recipe(recipe, ["eval.hold=6", "eval.noise=0"]).eval.agent_options() == "reasoning=0&noise=0&hold=6"
+
+
 def test_a_recipe_that_learns_nothing_or_mixes_stages_and_parts_is_refused(dataset, tmp_path):
     from training.recipes import RecipeError
 

@@ -40,7 +40,7 @@ class Demonstrations:
         gen = torch.Generator(device=policy.device).manual_seed(int(rng.integers(2**31)))
         targets = torch.from_numpy(batch.targets).to(policy.device)
         options = {}
-        if isinstance(policy, VLA) and policy.config.manoeuvre_in_state:  # given the data's manoeuvre, as in SFT
+        if isinstance(policy, VLA) and policy.plans_a_manoeuvre:  # given the data's manoeuvre, as in SFT
             options["manoeuvres"] = torch.from_numpy(batch.manoeuvres_under_way(policy.config.manoeuvre_by_s))
         losses = policy.losses(batch.observations, batch.reasoning, targets, generator=gen, **options)
         return losses["flow"] + (losses["text"] if self.with_text else 0.0)

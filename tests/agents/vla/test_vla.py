@@ -575,6 +575,91 @@ def test_manoeuvre_in_state_plans_the_datas_manoeuvre_in_training_and_the_heads_
         VLA.from_pretrained(tmp_path / "vla")
 
 
+def test_observations_with_other_frame_counts_than_the_model_learnt_from_are_refused(observations):
+    """Four frames per camera are four times the image tokens: a model trained on one must say so, not plan
+    from a prompt it never saw (a custom agent wrapping it gets the suite's default set-up, four frames)."""
+    from agents.base import ObservationSetup
+
+    model = VLA(VLAConfig()).eval()
+    frames = np.asarray(observations[0]["cameras"]).shape[1]
+    model.prepare(observations)  # no recorded set-up: any frame count
+    setup = ObservationSetup(rig="alpamayo4", camera_size=(56, 112), n_frames=frames, decision_every=5)
+    model.config.observation = setup
+    model.prepare(observations)
+    model.config.observation = setup.model_copy(update={"n_frames": frames + 1})
+    with pytest.raises(ValueError, match=rf"{frames} frame\(s\) per camera: this VLA learnt from {frames + 1}"):
+        model.prepare(observations)
+
+
+def test_manoeuvre_origin_starts_the_flow_from_the_planned_manoeuvres_mean_plan(observations, tmp_path):
+    """The flow's source is centred on the planned manoeuvre's origin: the data's in the flow loss (its target
+    velocity is the data minus that shifted noise), the head's choice when sampling (a chain at noise 0
+    starts there), alike in every pass and after a reload; without a head or origins it is refused."""
+    with pytest.raises(ValueError, match=r"manoeuvre_origin: .* there is no head"):
+        VLA(VLAConfig(manoeuvre_origin=True))
+    model = VLA(VLAConfig(manoeuvres=3, manoeuvre_origin=True)).eval()
+    batch = model.prepare(observations)
+    model.encode(batch)
+    with pytest.raises(ValueError, match="no manoeuvre_origins"):
+        model.flow_origin(batch)
+    origins = torch.randn(3, 64, 2, generator=torch.Generator().manual_seed(4))
+    model.config.manoeuvre_origins = origins.tolist()
+    chosen = batch["manoeuvre_logits"].argmax(1)
+    torch.testing.assert_close(model.flow_origin(batch), origins[chosen])
+    _, chain, _, _ = model.sample_with_log_prob(observations, generator=torch.Generator().manual_seed(1), init_noise=0)
+    torch.testing.assert_close(chain[0], origins[chosen])
+    _plans_alike_in_every_pass_and_after_a_reload(model, observations, tmp_path)
+    # the loss: the expert is asked for x1 - (origin + eps) at x_t = t x1 + (1 - t) (origin + eps)
+    seen = {}
+
+    def expert(x_t, t, *args, **kwargs):
+        seen["x_t"], seen["t"] = x_t, t
+        return torch.zeros_like(x_t)
+
+    x1, origin = torch.randn(2, 64, 2), origins[[2, 0]]
+    loss = flow_matching_loss(expert, x1, generator=torch.Generator().manual_seed(5), origin=origin)
+    g = torch.Generator().manual_seed(5)
+    t = 0.001 + 0.998 * torch.rand(2, generator=g) ** (1 / 1.5)
+    source = torch.randn(x1.shape, generator=g) + origin
+    torch.testing.assert_close(seen["x_t"], t[:, None, None] * x1 + (1 - t[:, None, None]) * source)
+    torch.testing.assert_close(loss, (x1 - source).pow(2).mean())
+
+
+def test_a_held_lane_change_is_planned_for_its_decisions_and_each_episode_starts_free(observations, tmp_path):
+    """``ManoeuvreHold(3)`` plans a change the head chooses at three decisions in a row (a new change takes
+    over); the agent's ``hold`` plans exactly what the model plans given the held class, and a new
+    episode holds nothing."""
+    from agents.vla.agent import VLAAgent
+    from agents.vla.manoeuvre import ManoeuvreHold
+
+    hold = ManoeuvreHold(3)
+    assert [hold(c) for c in (0, 1, 0, 0, 0, 2, 0, 1, 0, 0, 0)] == [0, 1, 1, 1, 0, 2, 2, 1, 1, 1, 0]
+    VLA(VLAConfig(manoeuvres=3, manoeuvre_in_state=True)).save_pretrained(tmp_path / "vla")
+    agent = VLAAgent(str(tmp_path / "vla"), reasoning=False, noise_scale=0.0, hold=3)
+    model = agent.model
+
+    def given(k):
+        def always(chosen):
+            return torch.full_like(chosen, k)
+
+        return model.act_batch(observations[:1], reasoning=False, noise_scale=0.0, choose=always)[0]["trajectory"]
+
+    left, keep = given(1), given(0)
+    assert not np.array_equal(left, keep)
+    head_says = iter([1, 0, 0, 0, 0, 0])  # change_left once, then keep_lane
+    model.manoeuvre_head.forward = lambda *inputs: torch.eye(3)[[next(head_says)]] * 10.0
+    agent.reset({"seed": 0})
+    for i in range(5):
+        np.testing.assert_array_equal(agent.act_batch(observations[:1])[0].trajectory, left if i < 3 else keep)
+    agent.reset({"seed": 0})  # a new episode holds nothing from the last
+    head_says = iter([1, 0])
+    agent.act_batch(observations[:1])
+    agent.reset({"seed": 0})
+    np.testing.assert_array_equal(agent.act_batch(observations[:1])[0].trajectory, keep)
+    with pytest.raises(ValueError, match="holds one episode's manoeuvre; 2 observations"):
+        agent.act_batch(observations)
+
+
 def _plans_alike_in_every_pass_and_after_a_reload(model: VLA, observations, tmp_path) -> None:
     """The Flow-SDE log-prob ratio is 1 with and without sampled reasoning (the RL passes read the image
     heads as sampling did), and a saved and reloaded copy plans the same, with and without reasoning
