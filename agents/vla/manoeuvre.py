@@ -11,6 +11,8 @@ one, and at planning time its argmax is the one planned. The split is conditiona
 Alpamayo's meta-actions are decided before the trajectory. Measured on the tiny VLA (stop 60): with
 the perception probe's loss the head learns to pass a parked car; the deterministic plan given that
 choice leaves its lane by a fifth of the expert's offset, while sampled plans make the whole swerve.
+Started from the class's mean plan (``manoeuvre_origin``), the plan leaves the lane; with the choice
+held for a few decisions (:class:`ManoeuvreHold`) the car passes a stopped car (stop 62).
 """
 
 from __future__ import annotations

@@ -719,7 +719,8 @@ class VLA(nn.Module, TrainableParts):
         (Codevilla et al. 2019's inertia problem). ``perception`` ``[B, perception_targets]``: the privileged
         targets the perception probe regresses from the image tokens (mean squared error, as "perception").
         ``manoeuvres`` ``[B]``: the data's manoeuvre classes, which the manoeuvre head learns to choose
-        (cross-entropy, as "manoeuvre") and, with ``manoeuvre_in_state``, the plan is given (teacher forcing)."""
+        (cross-entropy, as "manoeuvre") and, with ``manoeuvre_in_state`` or ``manoeuvre_origin``, the plan is given
+        (teacher forcing)."""
         batch = self.prepare(observations, reasoning)
         if perception is not None and self.perception_probe is None:
             raise ValueError("perception targets given, but this VLA has no perception probe (add_perception_probe)")
