@@ -52,6 +52,16 @@ def build_model(recipe: SFTRecipe, dataset: DrivingDataset) -> VLA | AlpamayoR1:
     return VLA(config)
 
 
+def target_actions(
+    dataset: DrivingDataset, lateral: action_space.LateralAction, idx: np.ndarray | slice = slice(None)
+) -> tuple[np.ndarray, torch.Tensor]:
+    """The targets ``[N, 64, 3]`` at ``idx`` and their (accel, lateral) actions ``[N, 64, 2]``, as the flow
+    head learns them."""
+    targets = dataset.arrays["target"][idx]
+    speed = action_space.initial_speed(torch.from_numpy(dataset.arrays["ego_history"][idx]))
+    return targets, action_space.from_trajectory(torch.from_numpy(targets), speed, lateral=lateral)
+
+
 def action_statistics(
     dataset: DrivingDataset, lateral: action_space.LateralAction = "curvature", limit: int = 4096
 ) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -59,11 +69,7 @@ def action_statistics(
     0.1 m/s^2 and 1% of the lateral bound, so data that never brakes or never turns does not blow its
     standardisation up)."""
     idx = np.linspace(0, len(dataset) - 1, min(limit, len(dataset))).astype(int)
-    hist = torch.from_numpy(dataset.arrays["ego_history"][idx])
-    actions = action_space.from_trajectory(
-        torch.from_numpy(dataset.arrays["target"][idx]), action_space.initial_speed(hist), lateral=lateral
-    )
-    flat = actions.reshape(-1, 2).double()
+    flat = target_actions(dataset, lateral, idx)[1].reshape(-1, 2).double()
     floor = torch.tensor([0.1, action_space.bounds(lateral)[1] / 100], dtype=torch.float64)
     std = torch.maximum(flat.std(0), floor)
     mean, std = flat.mean(0).tolist(), std.tolist()
@@ -73,13 +79,8 @@ def action_statistics(
 def manoeuvre_origins(dataset: DrivingDataset, config: VLAConfig) -> list[list[list[float]]]:
     """Each manoeuvre's mean plan in the data (the classes as ``config.manoeuvre_by_s`` reads them), in the
     flow head's normalised actions: where ``manoeuvre_origin`` starts a plan given that manoeuvre."""
-    targets = dataset.arrays["target"][:]
-    by_s = config.manoeuvre_by_s
-    classes = dataset.manoeuvres if by_s is None else manoeuvre_under_way(dataset.manoeuvres, targets, by_s)
-    hist = torch.from_numpy(dataset.arrays["ego_history"][:])
-    actions = action_space.from_trajectory(
-        torch.from_numpy(targets).float(), action_space.initial_speed(hist), lateral=config.lateral_action
-    )
+    targets, actions = target_actions(dataset, config.lateral_action)
+    classes = manoeuvre_under_way(dataset.manoeuvres, targets, config.manoeuvre_by_s)
     normalised = action_space.normalise(actions, config.action_mean, config.action_std, config.lateral_action)
     origins = []
     for k, name in enumerate(MANOEUVRES):

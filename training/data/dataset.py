@@ -63,7 +63,7 @@ class SampleBatch(NamedTuple):
 
     def manoeuvres_under_way(self, by_s: float | None) -> np.ndarray:
         """The manoeuvre classes as a head trained with ``manoeuvre_by_s = by_s`` knows them (None: as recorded)."""
-        return self.manoeuvres if by_s is None else manoeuvre_under_way(self.manoeuvres, self.targets, by_s)
+        return manoeuvre_under_way(self.manoeuvres, self.targets, by_s)
 
 
 def card_path(dataset: str | Path) -> Path:

@@ -206,12 +206,17 @@ def manoeuvre_class(meta_actions: Iterable[str]) -> int:
     return MANOEUVRES.index("keep_lane")
 
 
-def manoeuvre_under_way(manoeuvres: np.ndarray, targets: np.ndarray, by_s: float, offset: float = 0.5) -> np.ndarray:
+def manoeuvre_under_way(
+    manoeuvres: np.ndarray, targets: np.ndarray, by_s: float | None, offset: float = 0.5
+) -> np.ndarray:
     """``manoeuvres`` with each lane change that has not moved its target ``offset`` m towards its side by
-    ``by_s`` seconds read as ``keep_lane``: "change now", not "change at some time in the next 6.4 s".
+    ``by_s`` seconds read as ``keep_lane``: "change now", not "change at some time in the next 6.4 s"
+    (None: ``manoeuvres`` as recorded, a lane change at any time in the 6.4 s).
     A plan told only that the future holds a lane change is told nothing of when, and its deterministic
     plan (the flow from the prior's centre) lands between the timings, hardly leaving the lane
     (docs/experiments/sft.md). ``targets`` ``[B, 64, 3]`` ego-frame futures at 10 Hz (y to the left)."""
+    if by_s is None:
+        return manoeuvres
     step = min(round(by_s * 10) - 1, targets.shape[1] - 1)
     side = np.where(manoeuvres == MANOEUVRES.index("change_left"), 1.0, -1.0)
     moved = side * targets[:, step, 1] >= offset
