@@ -301,6 +301,9 @@ class PPOSection(RLSection):
     # before its advantages steer the policy
     critic_warmup: int = Field(0, ge=0)
     batch_steps: int = Field(400, ge=1)  # decisions per PPO iteration (whole episodes)
+    # a lane change the manoeuvre head chooses is planned for this many decisions of its rollout (0: none),
+    # as [eval] hold plans it when the checkpoint is evaluated: the rollouts then drive the policy evaluated
+    hold: int = Field(0, ge=0)
 
 
 class SB3Section(_Section):

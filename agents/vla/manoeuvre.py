@@ -41,12 +41,28 @@ class ManoeuvreHead(nn.Module):
         return self.classify(torch.cat([pooled.flatten(1), state.float()], 1))
 
 
+def hold_manoeuvres(
+    chosen: torch.Tensor, held: torch.Tensor, left: torch.Tensor, decisions: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decision of a hold, for a batch of episodes ``[B]``: the manoeuvres planned given the head's
+    choices ``chosen``, the class each episode held ``held`` and the decisions it was still to be held for
+    ``left``; and the decisions each planned class is held for after this one. A change the head chooses is
+    planned and held for ``decisions`` - 1 more; where it chooses to keep its lane a held change goes on
+    until its decisions are spent. Episodes that start hold nothing (``held`` = ``left`` = 0)."""
+    change = chosen > 0
+    holding = ~change & (left > 0)
+    planned = torch.where(change, chosen, torch.where(holding, held, torch.zeros_like(chosen)))
+    left_after = torch.where(change, torch.full_like(left, decisions - 1), (left - 1).clamp_min(0))
+    return planned, left_after
+
+
 @dataclass
 class ManoeuvreHold:
     """One episode's lane change, held once the head chooses it: planned at ``decisions`` decisions in a row
-    (the one it was chosen at included) unless the head chooses another change. Closed loop the head's
-    choice flickers in front of a parked car (a change at a third to two thirds of the decisions), and a
-    plan that obeys each decision edges out and back into the car; measured in docs/experiments/rl.md."""
+    (the one it was chosen at included) unless the head chooses another change (:func:`hold_manoeuvres`).
+    Closed loop the head's choice flickers in front of a parked car (a change at a third to two thirds of the
+    decisions), and a plan that obeys each decision edges out and back into the car; measured in
+    docs/experiments/rl.md."""
 
     decisions: int
     held: int = 0  # the class being held (0: keep_lane, none)
@@ -54,10 +70,8 @@ class ManoeuvreHold:
 
     def __call__(self, chosen: int) -> int:
         """The manoeuvre to plan at this decision, given the head's choice."""
-        if chosen:
-            self.held, self.left = chosen, self.decisions - 1
-            return chosen
-        if self.left > 0:
-            self.left -= 1
-            return self.held
-        return chosen
+        planned, left = hold_manoeuvres(
+            torch.tensor([chosen]), torch.tensor([self.held]), torch.tensor([self.left]), self.decisions
+        )
+        self.held, self.left = int(planned[0]), int(left[0])
+        return self.held

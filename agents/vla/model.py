@@ -527,10 +527,7 @@ class VLA(nn.Module, TrainableParts):
             texts, ctx, mask = self.reason(batch)
         else:
             ctx, mask = self.encode(batch)
-        if choose is not None:
-            if not self.plans_a_manoeuvre:
-                raise ValueError("choose: this VLA's plan is given no manoeuvre (manoeuvre_in_state, manoeuvre_origin)")
-            batch["manoeuvre"] = choose(batch["manoeuvre_logits"].argmax(1))
+        self.give_manoeuvres(batch, choose)
         u = sample_ode(
             self.expert,
             len(observations),
@@ -547,6 +544,25 @@ class VLA(nn.Module, TrainableParts):
         traj = self.actions_to_trajectory(u, batch["v0"]).cpu().numpy().astype(np.float32)
         return [{"trajectory": traj[i], "reasoning": texts[i]} for i in range(len(observations))]
 
+    def give_manoeuvres(
+        self,
+        batch: dict[str, Any],
+        choose: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        manoeuvres: torch.Tensor | None = None,
+    ) -> None:
+        """The manoeuvres a plan is given, where they are not the head's choice (after the VLM's pass):
+        ``choose`` maps the head's choices ``[B]`` to the planned ones (a hold), ``manoeuvres`` ``[B]`` are
+        given outright (those a stored sample was planned with, so its log-prob is scored as sampled)."""
+        if choose is None and manoeuvres is None:
+            return
+        if not self.plans_a_manoeuvre:
+            raise ValueError(
+                "choose / manoeuvres: this VLA's plan is given no manoeuvre (manoeuvre_in_state, manoeuvre_origin)"
+            )
+        batch["manoeuvre"] = (
+            manoeuvres.to(self.device).long() if manoeuvres is not None else choose(batch["manoeuvre_logits"].argmax(1))
+        )
+
     # --- RL hooks ------------------------------------------------------------------------------------------------
     def sample_with_log_prob(
         self,
@@ -558,15 +574,17 @@ class VLA(nn.Module, TrainableParts):
         temperature: float = 1.0,
         init_noise: float = 1.0,
         steps: int | None = None,
+        choose: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ):
         """Flow-SDE sampling: trajectories, the denoising chain, its stochastic-step mask and log-probs.
 
         ``init_noise`` scales the flow's starting noise (0: explore around the deterministic plan the
         evaluation drives); ``steps`` denoising steps (None: the model's ``flow_steps``; the chain's
-        length carries it to ``chain_log_prob``). With ``reasoning`` the Chain-of-Causation is sampled
-        first (from the full softmax at ``temperature``) and the trajectory is conditioned on it; then
-        also returns the reasoning's token ids [B, L] (-1 after its end) and their summed log-prob [B]:
-        ``(traj, chain, smask, logp, ids, text_logp)``.
+        length carries it to ``chain_log_prob``); ``choose`` maps the manoeuvre head's choices to the
+        planned ones (a hold; the log-probs take those as ``manoeuvres``). With ``reasoning`` the
+        Chain-of-Causation is sampled first (from the full softmax at ``temperature``) and the trajectory
+        is conditioned on it; then also returns the reasoning's token ids [B, L] (-1 after its end) and
+        their summed log-prob [B]: ``(traj, chain, smask, logp, ids, text_logp)``.
         """
         batch = self.prepare(observations)
         if reasoning:
@@ -574,6 +592,7 @@ class VLA(nn.Module, TrainableParts):
         else:
             with torch.no_grad():
                 ctx, mask = self.encode(batch)
+        self.give_manoeuvres(batch, choose)
         u, chain, smask, logp = sample_sde(
             self.expert,
             len(observations),
@@ -635,9 +654,20 @@ class VLA(nn.Module, TrainableParts):
         after = torch.cumsum(is_stop.long(), 1) - is_stop.long()  # stops strictly before each position
         return after == 0
 
-    def chain_log_prob(self, observations, chain, smask, noise_level: NoiseLevel = 0.5, train_vlm: bool = False):
+    def chain_log_prob(
+        self,
+        observations,
+        chain,
+        smask,
+        noise_level: NoiseLevel = 0.5,
+        train_vlm: bool = False,
+        manoeuvres: torch.Tensor | None = None,
+    ):
+        """The stored chains' Flow-SDE log-prob [B] (with grad), each plan given ``manoeuvres`` where they
+        are given (those it was sampled with) and the head's choice otherwise."""
         batch = self.prepare(observations)
         ctx, mask = self.encode(batch, grad=train_vlm)
+        self.give_manoeuvres(batch, manoeuvres=manoeuvres)
         return log_prob(self.expert, chain, smask, ctx, mask, noise_level, state=self.planning_state(batch))
 
     def joint_log_prob(
@@ -649,10 +679,12 @@ class VLA(nn.Module, TrainableParts):
         noise_level: NoiseLevel = 0.5,
         temperature: float = 1.0,
         train_vlm: bool = True,
+        manoeuvres: torch.Tensor | None = None,
     ):
         """(reasoning token log-prob [B], trajectory chain log-prob [B]) of stored samples, with grad:
         one teacher-forced pass over prompt + reasoning gives the token logits and the expert's cache,
-        as during sampling (the last generated token was never fed, so it is not in the cache)."""
+        as during sampling (the last generated token was never fed, so it is not in the cache);
+        ``manoeuvres`` as in :meth:`chain_log_prob`."""
         batch = self.prepare(observations)
         ids = reasoning_ids.to(self.device)
         valid = ids >= 0
@@ -667,6 +699,7 @@ class VLA(nn.Module, TrainableParts):
             out = self._vlm_forward(inputs, use_cache=True, output_hidden_states=perceive)
             if perceive:
                 self._perceive(batch, out.hidden_states)
+        self.give_manoeuvres(batch, manoeuvres=manoeuvres)
         logits = out.logits[:, prompt_len - 1 : prompt_len - 1 + n_gen].float() / temperature
         lp = torch.log_softmax(logits, -1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
         text_logp = (lp * valid).sum(1)

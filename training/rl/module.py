@@ -19,6 +19,13 @@
 checkpoint keeps), ``reasoning`` and ``temperature``: sample the Chain-of-Causation before the
 trajectory; the action's log-prob is then the joint one (reasoning
 tokens + chain), and ``reasoning_ids`` (padded with -1), ``text_logp`` and ``traj_logp`` are kept.
+``hold`` (decisions, 0: none): a lane change the manoeuvre head chooses is planned for that many
+decisions of its episode, as ``vla:PATH?hold=N`` evaluates (:mod:`training.rl.hold` reads each episode's
+last decision back into the batch).
+
+For a VLA whose plan is given a manoeuvre, every decision also keeps the class it was planned with
+(``manoeuvre``) and the decisions its hold has left (``hold_left``): the learner scores each chain given
+the class it was sampled with, not the head's choice at that state (the two differ under a hold).
 """
 
 from __future__ import annotations
@@ -33,11 +40,14 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 
 from agents.policy import load_policy
+from agents.vla.manoeuvre import hold_manoeuvres
 from agents.vla.model import STATE_FEATURES, state_features
 from envs.observations import EGO_STATE_DIM, STATE_DIM
 
 CHAIN, SMASK = "chain", "smask"
 REASONING_IDS, TEXT_LOGP, TRAJ_LOGP = "reasoning_ids", "text_logp", "traj_logp"
+MANOEUVRE, HOLD_LEFT = "manoeuvre", "hold_left"  # per decision: the class planned, decisions its hold has left
+HELD, HELD_FOR = "held", "held_for"  # an episode's last decision's two, as the next decision's input
 
 
 def observations_from_batch(obs: dict[str, Any]) -> list[dict[str, np.ndarray]]:
@@ -93,18 +103,55 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         extra = STATE_DIM - EGO_STATE_DIM if self.privileged_critic else 0
         self.value_head = ValueHead(STATE_FEATURES + extra)
         self.generator = torch.Generator().manual_seed(int(mc.get("seed", 0)))
+        self.hold = int(mc.get("hold", 0))
+        self.plans_a_manoeuvre = bool(getattr(self.vla, "plans_a_manoeuvre", False))  # Alpamayo's: no head
+        if self.hold and not self.plans_a_manoeuvre:
+            raise ValueError(
+                f"hold = {self.hold}: the VLA at {mc['path']} plans no manoeuvre (its vla_config.json has neither "
+                "manoeuvre_in_state nor manoeuvre_origin), so there is none to hold"
+            )
 
     # --- acting (env runners) ------------------------------------------------------------------------------
+    def _manoeuvre_choice(self, batch: dict[str, Any], planned: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The VLA's ``choose`` for this call, as keyword arguments (none where its plan is given no
+        manoeuvre): with a hold, one step of it from each episode's last decision (``held``,
+        ``held_for``); writes the classes planned and the decisions their hold has left into ``planned``."""
+        if not self.plans_a_manoeuvre:
+            return {}
+        if self.hold and HELD not in batch:
+            raise ValueError(
+                f"hold = {self.hold}: the batch carries no {HELD!r} / {HELD_FOR!r} columns "
+                "(the env runner's connector training.rl.hold.HeldManoeuvres adds them)"
+            )
+
+        def choose(chosen: torch.Tensor) -> torch.Tensor:
+            if self.hold:
+                held, held_for = (torch.as_tensor(batch[k]).to(chosen) for k in (HELD, HELD_FOR))
+                manoeuvres, left = hold_manoeuvres(chosen, held, held_for, self.hold)
+            else:
+                manoeuvres, left = chosen, torch.zeros_like(chosen)
+            planned[MANOEUVRE], planned[HOLD_LEFT] = manoeuvres.cpu(), left.cpu()
+            return manoeuvres
+
+        return {"choose": choose}
+
     def _forward_inference(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         obs = observations_from_batch(batch[Columns.OBS])
+        planned: dict[str, torch.Tensor] = {}
         out = self.vla.act_batch(
-            obs, reasoning=False, generator=self.generator, noise_scale=self.eval_noise, steps=self.flow_steps
+            obs,
+            reasoning=False,
+            generator=self.generator,
+            noise_scale=self.eval_noise,
+            steps=self.flow_steps,
+            **self._manoeuvre_choice(batch, planned),
         )
-        return {Columns.ACTIONS: torch.from_numpy(np.stack([o["trajectory"] for o in out]))}
+        return {Columns.ACTIONS: torch.from_numpy(np.stack([o["trajectory"] for o in out]))} | planned
 
     def _forward_exploration(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         obs = observations_from_batch(batch[Columns.OBS])
         n = len(obs)
+        planned: dict[str, torch.Tensor] = {}
         with torch.no_grad():
             sampled = self.vla.sample_with_log_prob(
                 obs,
@@ -115,6 +162,7 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
                 temperature=self.temperature,
                 init_noise=self.init_noise,
                 steps=self.flow_steps,
+                **self._manoeuvre_choice(batch, planned),
             )
         traj, chain, smask, logp = sampled[:4]
         out = {
@@ -122,7 +170,7 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
             Columns.ACTION_LOGP: logp.float(),
             CHAIN: chain.transpose(0, 1).float(),  # [B, steps + 1, 64, 2]
             SMASK: smask.expand(n, -1).float(),  # [B, steps]
-        }
+        } | planned
         if self.reasoning:
             ids, text_logp = sampled[4], sampled[5]
             padded = torch.full((n, self.vla.max_reasoning_tokens), -1, dtype=torch.long)
@@ -144,16 +192,24 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         return {Columns.ACTION_LOGP: self.log_prob_under(self.vla, batch)}
 
     def log_prob_under(self, policy: Any, batch: dict[str, Any]) -> torch.Tensor:
-        """The stored samples' log-prob under ``policy`` (this module's VLA, or a frozen reference of it)."""
+        """The stored samples' log-prob under ``policy`` (this module's VLA, or a frozen reference of it),
+        each plan given the manoeuvre it was sampled with where the batch keeps it."""
         obs = observations_from_batch(batch[Columns.OBS])
         chain = torch.as_tensor(batch[CHAIN]).transpose(0, 1).to(policy.device)
         smask = torch.as_tensor(batch[SMASK]).bool()
+        given = {"manoeuvres": torch.as_tensor(batch[MANOEUVRE]).long()} if MANOEUVRE in batch else {}
         if self.reasoning:
             text, traj = policy.joint_log_prob(
-                obs, torch.as_tensor(batch[REASONING_IDS]), chain, smask, self.noise_level, self.temperature
+                obs,
+                torch.as_tensor(batch[REASONING_IDS]),
+                chain,
+                smask,
+                self.noise_level,
+                self.temperature,
+                **given,
             )
             return text + traj
-        return policy.chain_log_prob(obs, chain, smask, self.noise_level)
+        return policy.chain_log_prob(obs, chain, smask, self.noise_level, **given)
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         return self.value_head(self.critic_inputs(batch))

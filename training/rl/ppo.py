@@ -229,6 +229,7 @@ def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, 
             "train": rl.train,
             "seed": recipe.seed,
             "value_inputs": rl.value_inputs,
+            "hold": rl.hold,
         }
         env_cfg = env_config(recipe, image_size)
         if rl.value_inputs == "privileged":  # the critic's extra observation (the policy never reads it)
@@ -237,7 +238,7 @@ def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, 
     else:  # a classic baseline: RLlib's default MLP (state) or CNN (BEV) module, with (accel, steer) control
         spec, env_cfg = RLModuleSpec(model_config=BASELINE_MODELS[rl.policy]), baseline_env_config(recipe)
     config = (
-        env_runner_config(env_cfg, spec, rl.env_runners, recipe.seed, rl.envs_per_runner)
+        env_runner_config(env_cfg, spec, rl.env_runners, recipe.seed, rl.envs_per_runner, hold=rl.hold > 0)
         .training(
             lr=rl.lr,
             gamma=rl.gamma,
@@ -309,6 +310,8 @@ def train_ppo(
         raise RecipeError('rl.bc_weight anchors a VLA to its SFT data: it needs policy = "vla"')
     if (rl.vf_fit_epochs or rl.critic_warmup) and rl.policy != "vla":
         raise RecipeError('rl.vf_fit_epochs and rl.critic_warmup train the VLA\'s critic: they need policy = "vla"')
+    if rl.hold and rl.policy != "vla":
+        raise RecipeError('rl.hold holds the VLA\'s lane change: it needs policy = "vla"')
     if rl.critic_warmup >= rl.iterations:
         raise RecipeError(
             f"rl.critic_warmup ({rl.critic_warmup}) must leave the policy iterations: "
@@ -317,7 +320,14 @@ def train_ppo(
     if rl.policy != "vla":
         return _train_baseline(recipe, run_dir, resume, progress)
     ckpt, start = starting_point(recipe, run_dir, resume)
-    image_size = load_policy(start).camera_size
+    policy = load_policy(start)
+    if rl.hold and not getattr(policy, "plans_a_manoeuvre", False):
+        raise RecipeError(
+            f"rl.hold = {rl.hold}: the policy at {start} plans no manoeuvre (its vla_config.json has neither "
+            "manoeuvre_in_state nor manoeuvre_origin), so there is none to hold"
+        )
+    image_size = policy.camera_size
+    del policy
     connect_ray(rl, recipe.eval.workers)
     threads = torch.get_num_threads()
     algo = build_algorithm(recipe, start, image_size)

@@ -398,16 +398,23 @@ def _run(
 
 
 def env_runner_config(
-    env_config: dict[str, Any], module_spec, num_env_runners: int, seed: int, envs_per_runner: int = 1
+    env_config: dict[str, Any],
+    module_spec,
+    num_env_runners: int,
+    seed: int,
+    envs_per_runner: int = 1,
+    hold: bool = False,
 ):
     """The RLlib config of our env runners: ``RLDriveEnv`` with trajectories passed through untouched
     (no action normalisation or clipping), whole episodes, ``envs_per_runner`` envs per runner (stepped
     side by side, the module called once per decision for all of them), the given module, and
-    restarts of failed runners. A ``PPOConfig``, because any new-stack config serves for the runners and
-    PPO adds its training settings on top."""
+    restarts of failed runners; with ``hold`` each episode's held manoeuvre is read back into the
+    module's batch (:mod:`training.rl.hold`). A ``PPOConfig``, because any new-stack config serves for
+    the runners and PPO adds its training settings on top."""
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from training.rl.env import RLDriveEnv
+    from training.rl.hold import held_manoeuvres_connector
 
     return (
         PPOConfig()
@@ -421,6 +428,7 @@ def env_runner_config(
             batch_mode="complete_episodes",
             num_cpus_per_env_runner=1,
             rollout_fragment_length="auto",
+            env_to_module_connector=held_manoeuvres_connector if hold else None,
         )
         .rl_module(rl_module_spec=module_spec)
         .fault_tolerance(restart_failed_env_runners=True)

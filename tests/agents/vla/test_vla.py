@@ -660,6 +660,34 @@ def test_a_held_lane_change_is_planned_for_its_decisions_and_each_episode_starts
         agent.act_batch(observations)
 
 
+def test_a_hold_steps_each_episode_of_a_batch_alone_and_a_held_sample_is_scored_given_its_class(observations):
+    """``hold_manoeuvres`` on a batch of episodes is ``ManoeuvreHold`` on each; a sample planned given a held
+    class (``choose``) has the same log-prob when scored given that class (``manoeuvres``), and another
+    without it (the head's own choice); a VLA that plans no manoeuvre refuses one."""
+    from agents.vla.manoeuvre import ManoeuvreHold, hold_manoeuvres
+
+    rows = [[0, 1, 0, 0, 0, 2, 0, 1, 0, 0, 0], [2, 0, 1, 0, 0, 0, 0, 0, 2, 2, 0], [0] * 11]
+    alone = [[hold(c) for c in row] for hold, row in zip([ManoeuvreHold(3) for _ in rows], rows)]
+    held, left, planned = torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.long), []
+    for chosen in torch.tensor(rows).T:
+        step, left = hold_manoeuvres(chosen, held, left, 3)
+        held = step
+        planned.append(step.tolist())
+    assert [list(r) for r in zip(*planned)] == alone
+    model = VLA(VLAConfig(manoeuvres=3, manoeuvre_in_state=True)).eval()
+    model.manoeuvre_head.forward = lambda hidden, images, state: torch.eye(3)[[0] * len(hidden)] * 10.0
+    _, chain, smask, logp = model.sample_with_log_prob(
+        observations, generator=torch.Generator().manual_seed(1), choose=lambda chosen: torch.full_like(chosen, 2)
+    )
+    given = model.chain_log_prob(observations, chain, smask, manoeuvres=torch.tensor([2, 2]))
+    torch.testing.assert_close(given, logp, atol=1e-4, rtol=0)
+    assert not torch.allclose(model.chain_log_prob(observations, chain, smask), logp, atol=1e-2, rtol=0)
+    plain = VLA(VLAConfig()).eval()
+    _, chain, smask, _ = plain.sample_with_log_prob(observations, generator=torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match="plan is given no manoeuvre"):
+        plain.chain_log_prob(observations, chain, smask, manoeuvres=torch.tensor([1, 1]))
+
+
 def _plans_alike_in_every_pass_and_after_a_reload(model: VLA, observations, tmp_path) -> None:
     """The Flow-SDE log-prob ratio is 1 with and without sampled reasoning (the RL passes read the image
     heads as sampling did), and a saved and reloaded copy plans the same, with and without reasoning

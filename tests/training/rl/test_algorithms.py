@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -205,6 +206,67 @@ def test_ppo_privileged_critic_reads_the_actors_the_policy_sees_only_as_pixels(r
     assert np.isfinite(result["learners"]["default_policy"]["vf_loss"])
     assert float(values[0]) != float(values[1])  # the critic sees the lead vehicle ...
     assert np.array_equal(plans[0], plans[1])  # ... the policy does not read the state vector
+
+
+def test_ppo_rollouts_hold_the_heads_lane_change_and_the_learner_scores_each_chain_as_sampled(
+    ray_local, tiny_vla, tmp_path
+):
+    """With ``rl.hold = 3`` the env runner plans a change the head chooses at three decisions of its episode
+    (each decision reads the episode's last one back; an episode starts free), and the learner scores every
+    stored chain given the class it was planned with: its own head (here: always keep_lane) would condition
+    the held decisions otherwise, and the first update's ratio would not be 1."""
+    from agents.vla.manoeuvre import hold_manoeuvres
+    from agents.vla.model import VLA, VLAConfig
+    from training.recipes import RecipeError
+    from training.rl.module import HELD, HELD_FOR, HOLD_LEFT, MANOEUVRE
+    from training.rl.ppo import build_algorithm, learner_module, train_ppo
+
+    with pytest.raises(RecipeError, match=r"rl\.hold = 3: the policy at .* plans no manoeuvre"):
+        train_ppo(_rl_recipe("ppo", tiny_vla, hold=3), tmp_path / "no_head", progress=False)
+    path = tmp_path / "vla"
+    VLA(VLAConfig(size="tiny", image_size=(56, 112), manoeuvres=3, manoeuvre_in_state=True)).save_pretrained(path)
+    algo = build_algorithm(_rl_recipe("ppo", path, hold=3, lr=1e-9, epochs=1), path, (56, 112))
+    calls = []
+    try:
+        acting = algo.env_runner_group.local_env_runner.module
+        scripted = iter([1, 0, 0, 0, 0, 2, 0, 1, 0, 0] * 100)  # the runner's head: a change now and then
+
+        def choose_scripted(hidden, images, state):
+            calls.append({"chosen": next(scripted)})
+            return torch.eye(3)[[calls[-1]["chosen"]]] * 10.0
+
+        acting.vla.manoeuvre_head.forward = choose_scripted
+        explore = acting._forward_exploration
+
+        def recorded(batch, **kwargs):
+            out = explore(batch, **kwargs)
+            calls[-1] |= {k: int(batch[k][0]) for k in (HELD, HELD_FOR)} | {
+                k: int(out[k][0]) for k in (MANOEUVRE, HOLD_LEFT)
+            }
+            return out
+
+        acting._forward_exploration = recorded
+        learning = learner_module(algo)
+        learning.vla.manoeuvre_head.forward = lambda hidden, images, state: torch.eye(3)[[0] * len(hidden)] * 10.0
+        result = algo.train()
+    finally:
+        algo.stop()
+    one = torch.tensor
+    for call in calls:
+        planned, left = hold_manoeuvres(one([call["chosen"]]), one([call[HELD]]), one([call[HELD_FOR]]), 3)
+        assert (call[MANOEUVRE], call[HOLD_LEFT]) == (int(planned[0]), int(left[0]))
+    starts = [
+        later
+        for earlier, later in itertools.pairwise(calls)
+        if (later[HELD], later[HELD_FOR]) != (earlier[MANOEUVRE], earlier[HOLD_LEFT])
+    ]
+    assert all((s[HELD], s[HELD_FOR]) == (0, 0) for s in starts)  # only where an episode starts
+    assert len(starts) <= result["env_runners"]["num_episodes"]
+    assert (calls[0][HELD], calls[0][HELD_FOR]) == (0, 0)
+    held = [c for c in calls if c["chosen"] == 0 and c[MANOEUVRE] != 0]
+    assert len(held) > len(calls) / 5  # decisions where the head kept its lane and the hold did not
+    learner = result["learners"]["default_policy"]
+    assert abs(learner["ratio_mean"] - 1) < 1e-3 and abs(learner["approx_kl_old"]) < 1e-3
 
 
 def test_ppo_behaviour_cloning_anchor_pulls_the_flow_head_to_the_demonstrations(ray_local, tiny_vla, tmp_path):
