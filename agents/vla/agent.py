@@ -11,7 +11,7 @@ import torch
 
 from agents.base import AgentOutput, ModelAgent
 from agents.vla.flow import Guidance
-from agents.vla.manoeuvre import ManoeuvreHold
+from agents.vla.manoeuvre import ManoeuvreHold, why_nothing_to_hold
 
 
 class VLAAgent(ModelAgent):
@@ -35,11 +35,8 @@ class VLAAgent(ModelAgent):
         self.reasoning, self.seed, self.noise_scale = reasoning, seed, noise_scale
         self.flow_steps, self.guidance, self.hold = flow_steps, guidance, hold
         self.model.check_guidance(guidance)  # at load time, not at the first decision
-        if hold and not self.model.plans_a_manoeuvre:
-            raise ValueError(
-                f"hold = {hold}: this VLA's plan is given no manoeuvre (its vla_config.json has neither "
-                "manoeuvre_in_state nor manoeuvre_origin), so there is none to hold"
-            )
+        if hold and (why := why_nothing_to_hold(self.model)):
+            raise ValueError(f"hold = {hold}: this VLA cannot hold a manoeuvre: {why}")
         self._held: ManoeuvreHold | None = None
 
     def reset(self, episode_info: dict[str, Any]) -> None:

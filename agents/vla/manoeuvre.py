@@ -41,6 +41,16 @@ class ManoeuvreHead(nn.Module):
         return self.classify(torch.cat([pooled.flatten(1), state.float()], 1))
 
 
+def why_nothing_to_hold(policy: object) -> str | None:
+    """Why a hold cannot be asked of ``policy`` (None: it can): its plan must be given a manoeuvre."""
+    if getattr(policy, "plans_a_manoeuvre", False):
+        return None
+    return (
+        "its plan is given no manoeuvre (its vla_config.json has neither manoeuvre_in_state nor "
+        "manoeuvre_origin), so there is none to hold"
+    )
+
+
 def hold_manoeuvres(
     chosen: torch.Tensor, held: torch.Tensor, left: torch.Tensor, decisions: int
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -40,7 +40,7 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 
 from agents.policy import load_policy
-from agents.vla.manoeuvre import hold_manoeuvres
+from agents.vla.manoeuvre import hold_manoeuvres, why_nothing_to_hold
 from agents.vla.model import STATE_FEATURES, state_features
 from envs.observations import EGO_STATE_DIM, STATE_DIM
 
@@ -104,11 +104,10 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         self.value_head = ValueHead(STATE_FEATURES + extra)
         self.generator = torch.Generator().manual_seed(int(mc.get("seed", 0)))
         self.hold = int(mc.get("hold", 0))
-        self.plans_a_manoeuvre = bool(getattr(self.vla, "plans_a_manoeuvre", False))  # Alpamayo's: no head
+        self.plans_a_manoeuvre = why_nothing_to_hold(self.vla) is None  # Alpamayo's: no manoeuvre head
         if self.hold and not self.plans_a_manoeuvre:
             raise ValueError(
-                f"hold = {self.hold}: the VLA at {mc['path']} plans no manoeuvre (its vla_config.json has neither "
-                "manoeuvre_in_state nor manoeuvre_origin), so there is none to hold"
+                f"hold = {self.hold}: the VLA at {mc['path']} cannot hold a manoeuvre: {why_nothing_to_hold(self.vla)}"
             )
 
     # --- acting (env runners) ------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from safetensors.torch import load_file, save_file
 
 from agents.policy import load_policy
+from agents.vla.manoeuvre import why_nothing_to_hold
 from training.checkpoints import save_checkpoint
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, before_first_step, finish, last_step_of_this_run
@@ -321,13 +322,10 @@ def train_ppo(
         return _train_baseline(recipe, run_dir, resume, progress)
     ckpt, start = starting_point(recipe, run_dir, resume)
     policy = load_policy(start)
-    if rl.hold and not getattr(policy, "plans_a_manoeuvre", False):
-        raise RecipeError(
-            f"rl.hold = {rl.hold}: the policy at {start} plans no manoeuvre (its vla_config.json has neither "
-            "manoeuvre_in_state nor manoeuvre_origin), so there is none to hold"
-        )
+    if rl.hold and (why := why_nothing_to_hold(policy)):
+        raise RecipeError(f"rl.hold = {rl.hold}: the policy at {start} cannot hold a manoeuvre: {why}")
     image_size = policy.camera_size
-    del policy
+    del policy  # the learner and every runner build their own
     connect_ray(rl, recipe.eval.workers)
     threads = torch.get_num_threads()
     algo = build_algorithm(recipe, start, image_size)

@@ -221,7 +221,7 @@ def test_ppo_rollouts_hold_the_heads_lane_change_and_the_learner_scores_each_cha
     from training.rl.module import HELD, HELD_FOR, HOLD_LEFT, MANOEUVRE
     from training.rl.ppo import build_algorithm, learner_module, train_ppo
 
-    with pytest.raises(RecipeError, match=r"rl\.hold = 3: the policy at .* plans no manoeuvre"):
+    with pytest.raises(RecipeError, match=r"rl\.hold = 3: .* cannot hold a manoeuvre: its plan is given no"):
         train_ppo(_rl_recipe("ppo", tiny_vla, hold=3), tmp_path / "no_head", progress=False)
     path = tmp_path / "vla"
     VLA(VLAConfig(size="tiny", image_size=(56, 112), manoeuvres=3, manoeuvre_in_state=True)).save_pretrained(path)
