@@ -7,6 +7,8 @@
   and ``images/town10hd_cameras.png`` a camera + BEV frame of the expert on that route;
 - ``images/rig_views.png``: what the tiny VLA sees of a bend under each camera rig of the camera-rig
   experiment, at its input size (56x112), beside the same frames at the rendered size;
+- ``images/signal_views.png``: the light ahead of a ``core_large`` junction in the front-wide and tele
+  cameras, rendered and at the tiny VLA's input size (the RL experiments page: what its plan cannot see);
 - ``images/rl_critic.png``: PPO's critic and returns over iterations without and with its own fitting
   epochs and warm-up (the RL experiments page), from two runs' ``metrics.jsonl`` (skipped where
   those runs are not on this machine);
@@ -50,6 +52,23 @@ def cameras_and_bev(scenario: str, decisions: int, name: str, bank: str = "smoke
     return path
 
 
+def rendered_and_seen(cams, text: str):
+    """One labelled row: the cameras ``[n, H, W, 3]`` as rendered, then as the tiny VLA gets them (56x112,
+    the model's area filter, shown at the rendered size)."""
+    import cv2
+    import numpy as np
+
+    small = [
+        cv2.resize(cv2.resize(c, (112, 56), interpolation=cv2.INTER_AREA), c.shape[1::-1], cv2.INTER_NEAREST)
+        for c in cams
+    ]
+    pad = np.full((cams.shape[1], 8, 3), 255, np.uint8)
+    row = np.hstack([x for c in [*cams, pad, *small] for x in (c, pad)])
+    label = np.full((22, row.shape[1], 3), 255, np.uint8)
+    cv2.putText(label, text, (4, 16), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1)
+    return np.vstack([label, row])
+
+
 def rig_views(scenario: str = "curve-000", decisions: int = 6, name: str = "rig_views.png") -> Path:
     """One moment of a bend through each rig's cameras, rendered (128x256) and as the model gets it."""
     import cv2
@@ -67,25 +86,45 @@ def rig_views(scenario: str = "curve-000", decisions: int = 6, name: str = "rig_
         for _ in range(decisions):
             obs, *_ = env.step(expert.act(obs).trajectory)
         cams = obs["cameras"][:, -1]  # [n_cams, H, W, 3]
-        small = [
-            cv2.resize(cv2.resize(c, (112, 56), interpolation=cv2.INTER_AREA), c.shape[1::-1], cv2.INTER_NEAREST)
-            for c in cams
-        ]
-        pad = np.full((cams.shape[1], 8, 3), 255, np.uint8)
-        row = np.hstack([x for c in [*cams, pad, *small] for x in (c, pad)])
-        label = np.full((22, row.shape[1], 3), 255, np.uint8)
-        cv2.putText(
-            label,
-            f"{rig}: rendered 128x256 | as the model sees it, 56x112",
-            (4, 16),
-            cv2.FONT_HERSHEY_SIMPLEX,
-            0.5,
-            (0, 0, 0),
-            1,
-        )
-        rows.append(np.vstack([label, row]))
+        rows.append(rendered_and_seen(cams, f"{rig}: rendered 128x256 | as the model sees it, 56x112"))
     width = max(r.shape[1] for r in rows)
     page = np.vstack([np.pad(r, ((0, 8), (0, width - r.shape[1]), (0, 0)), constant_values=255) for r in rows])
+    path = IMAGES / name
+    cv2.imwrite(str(path), cv2.cvtColor(page, cv2.COLOR_RGB2BGR))
+    return path
+
+
+def signal_views(
+    scenario: str = "signalized_intersection-052",
+    distances: tuple[float, ...] = (45.0, 25.0),
+    name: str = "signal_views.png",
+) -> Path:
+    """The light ahead as the expert approaches a junction (``core_large`` val), in the front-wide and tele
+    cameras, rendered (128x256) and as the tiny VLA gets them (56x112): a few pixels of colour."""
+    import cv2
+    import numpy as np
+
+    from agents import load_agent
+    from envs import LoopDriveEnv
+    from rewards.scene import scene_facts
+
+    env = LoopDriveEnv(bank="core_large", split="val", scenario=scenario, n_frames=1, observations=("cameras",))
+    obs, _ = env.reset(seed=0)
+    expert = load_agent("expert")
+    expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    names = [c.name for c in env.rig]
+    wanted = [names.index("front_wide_120fov"), names.index("front_tele_30fov")]
+    rows, todo = [], list(distances)
+    while todo:
+        signal = scene_facts(env.world).signal_ahead
+        if signal is not None and signal["distance"] <= todo[0]:
+            todo.pop(0)
+            text = f"{signal['state']} light {signal['distance']:.0f} m ahead: rendered | as the model sees it, 56x112"
+            rows.append(rendered_and_seen(obs["cameras"][wanted, -1], text))
+        obs, _, terminated, truncated, _ = env.step(expert.act(obs).trajectory)
+        if terminated or truncated:
+            break
+    page = np.vstack([np.pad(r, ((0, 8), (0, 0), (0, 0)), constant_values=255) for r in rows])
     path = IMAGES / name
     cv2.imwrite(str(path), cv2.cvtColor(page, cv2.COLOR_RGB2BGR))
     return path
@@ -230,6 +269,7 @@ if __name__ == "__main__":
     print(cameras_and_bev("signalized_intersection-000", 5, "cameras_and_bev.png"))
     print(cameras_and_bev("traffic_jam-000", 8, "cameras_traffic.png"))
     print(rig_views())
+    print(signal_views())
     print(town_map("Town10HD", "Town10HD-000", "town10hd.png"))
     print(cameras_and_bev("Town10HD-000", 12, "town10hd_cameras.png", bank="towns"))
     rl_runs = {

@@ -31,7 +31,17 @@ from envs.interface import DEFAULT_OBSERVATIONS, InvalidActionError
 from envs.observations import EgoHistory
 from envs.sensors import make_rig
 from envs.world import DT
-from rewards import DEFAULT_REWARDS, EgoState, EpisodeLog, Event, EventKind, RewardComposer, Transition
+from rewards import (
+    DEFAULT_REWARDS,
+    EgoState,
+    Ending,
+    EpisodeLog,
+    Event,
+    EventKind,
+    RewardComposer,
+    Transition,
+    episode_ending,
+)
 from scenarios import Scenario
 
 
@@ -236,6 +246,8 @@ class DriveEnv(gym.Env):
         if terminated or truncated:
             self._done = True
             info["metrics"] = self.episode_metrics()
+            ending = episode_ending(events, terminated, self._ego_track, self.terminate_on_collision)
+            info["metrics"]["ending"] = ending.value
         return self._observe(), float(reward), terminated, truncated, info
 
     def _end_on_invalid_action(self, error: InvalidActionError):
@@ -244,7 +256,7 @@ class DriveEnv(gym.Env):
         event = Event(EventKind.INVALID_ACTION, self.world.t, reason=str(error))
         self.world.log.append(event)
         info = self._info([event], dict.fromkeys(self.composer.terms, 0.0))
-        info["metrics"] = self.episode_metrics()
+        info["metrics"] = self.episode_metrics() | {"ending": Ending.INVALID_ACTION.value}
         return self._observe(), 0.0, True, False, info
 
     def _timed_capture(self, slot: int) -> None:

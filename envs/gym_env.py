@@ -67,8 +67,9 @@ class LoopDriveEnv(DriveEnv):
 
     The scenario's ego start on its route at its initial speed (``reset(options={"scenario": id})``
     picks one, else a random scenario of the bank); ``options={"ego_offset": (lateral_m, heading_rad)}``
-    perturbs it (recovery data for imitation learning). The ego history starts as if it had driven
-    along its route at that speed.
+    perturbs it (recovery data for imitation learning), ``options={"ego_speed": m_s}`` replaces its
+    speed (0: a standing start, which RL's ``standing_starts`` trains on). The ego history starts as if
+    it had driven along its route at that speed (standing there, at 0).
 
     ## Episode End
 
@@ -152,6 +153,11 @@ class LoopDriveEnv(DriveEnv):
             st.x[0] -= lateral * math.sin(st.yaw[0])
             st.y[0] += lateral * math.cos(st.yaw[0])
             st.yaw[0] += heading
+        if "ego_speed" in options:
+            speed = float(options["ego_speed"])
+            if not 0.0 <= speed <= 40.0:
+                raise ValueError(f"reset option 'ego_speed' must be within [0, 40] m/s, got {speed}")
+            self.world.state.speed[0] = speed
         self.history.reset(self.world)
         self._decisions, self._world_seed = 0, seed
 

@@ -258,6 +258,7 @@ class EpisodeRunner:
             "stats": {k: v for k, v in m.items() if isinstance(v, float)},
             "lateral_error_m": float(np.mean(lateral)) if lateral else 0.0,
             "trace": trace,
+            "ending": m.get("ending"),  # (at the episode's end; None for a failure's metrics so far)
         }
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from evaluation.journal import JournalError, read_episodes
 from evaluation.report import TEMPLATES
-from evaluation.summary import BOOTSTRAP_SAMPLES, scored, suite_score
+from evaluation.summary import BOOTSTRAP_SAMPLES, ending_counts, ending_of, scored, suite_score
 
 SCENARIO_DELTA = 5.0  # points: a per-scenario change this large is listed as regressed / improved
 
@@ -48,6 +48,7 @@ class Comparison:
     improved: list[dict[str, Any]] = field(default_factory=list)
     newly_failing_must_pass: list[dict[str, Any]] = field(default_factory=list)
     unpaired: list[str] = field(default_factory=list)
+    endings: dict[str, dict[str, int]] = field(default_factory=dict)  # ending -> {"baseline": n, "candidate": n}
 
     @property
     def failed(self) -> bool:
@@ -146,7 +147,14 @@ def compare(
         improved=sorted((r for r in rows if r["diff"] >= SCENARIO_DELTA), key=lambda r: -r["diff"]),
         newly_failing_must_pass=newly_failing,
         unpaired=sorted(set(base) ^ set(cand)),
+        endings=paired_endings([base[k] for k in keys], [cand[k] for k in keys]),
     )
+
+
+def paired_endings(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """How the paired episodes ended in each run: {ending: {"baseline": n, "candidate": n}}."""
+    b, c = ending_counts(base), ending_counts(cand)
+    return {e: {"baseline": b.get(e, 0), "candidate": c.get(e, 0)} for e in sorted(b.keys() | c.keys())}
 
 
 def _row(b: dict[str, Any], c: dict[str, Any], metric: str) -> dict[str, Any]:
@@ -160,6 +168,8 @@ def _row(b: dict[str, Any], c: dict[str, Any], metric: str) -> dict[str, Any]:
         "diff": sc - sb,
         "candidate_infractions": [i["type"] for i in c.get("infractions", [])],
         "candidate_status": c["status"],
+        "baseline_ending": ending_of(b),
+        "candidate_ending": ending_of(c),
     }
 
 
@@ -177,6 +187,10 @@ def to_markdown(cmp: Comparison) -> str:
         f"95% CI {cmp.ci95[0]:+.2f} .. {cmp.ci95[1]:+.2f}, one-sided p {cmp.p_value:.4f})",
         "",
     ]
+    if cmp.endings:
+        lines += ["## How the paired episodes ended", "", "| ending | baseline | candidate |", "|---|---:|---:|"]
+        lines += [f"| {e} | {n['baseline']} | {n['candidate']} |" for e, n in cmp.endings.items()]
+        lines.append("")
     for title, rows in (
         ("Newly failing must-pass scenarios", cmp.newly_failing_must_pass),
         (f"Regressed scenarios (<= -{SCENARIO_DELTA:g} points)", cmp.regressed),
@@ -186,12 +200,12 @@ def to_markdown(cmp: Comparison) -> str:
         if rows:
             lines += [
                 "",
-                "| episode | family | baseline | candidate | diff | candidate infractions |",
-                "|---|---|---:|---:|---:|---|",
+                "| episode | family | baseline | candidate | diff | ending | candidate infractions |",
+                "|---|---|---:|---:|---:|---|---|",
             ]
             lines += [
                 f"| {r['key']} | {r['family']} | {r['baseline']:.1f} | {r['candidate']:.1f} | {r['diff']:+.1f} | "
-                f"{', '.join(r['candidate_infractions']) or '-'} |"
+                f"{_ending_change(r)} | {', '.join(r['candidate_infractions']) or '-'} |"
                 for r in rows
             ]
         lines.append("")
@@ -200,10 +214,17 @@ def to_markdown(cmp: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ending_change(row: dict[str, Any]) -> str:
+    """The candidate's ending, or "time_limit -> stalled" where the two runs' episodes ended differently."""
+    b, c = row["baseline_ending"], row["candidate_ending"]
+    return c if b == c else f"{b} -> {c}"
+
+
 def write_outputs(cmp: Comparison, out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "regress.md").write_text(to_markdown(cmp))
     (out / "regress.json").write_text(json.dumps(asdict(cmp) | {"failed": cmp.failed}, indent=1))
-    (out / "regress.html").write_text(TEMPLATES.get_template("regress.html").render(c=cmp, delta=SCENARIO_DELTA))
+    page = TEMPLATES.get_template("regress.html").render(c=cmp, delta=SCENARIO_DELTA, ending=_ending_change)
+    (out / "regress.html").write_text(page)
     return out

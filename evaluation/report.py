@@ -1,6 +1,7 @@
 """``report.html``: one self-contained page per run (inline SVG figures, inline data and script).
 
-Headline scores with confidence intervals, score by family, the infraction breakdown, top views of
+Headline scores with confidence intervals, score by family, the infraction breakdown, how the
+episodes ended (per family: route complete, collision, stalled, ...), top views of
 the worst episodes (every route of a route file, each on its town with the planned route), the
 camera-rig ablation, failures, and a sortable table of every episode that
 links its video. The table is built by the page's script from the embedded JSON, so a browser test
@@ -16,7 +17,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from evaluation import plots
-from evaluation.summary import CURVE_AND_TURN_TAGS, scored
+from evaluation.summary import CURVE_AND_TURN_TAGS, ending_of, scored
+from rewards.ending import STALL_PROGRESS_M, STALL_WINDOW_S
 from scenarios.routes import RouteBankSpec
 
 WORST_EPISODES = 6
@@ -37,6 +39,7 @@ def episode_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "rig": r["rig"],
                 "family": r.get("family", ""),
                 "status": r["status"],
+                "ending": ending_of(r),
                 "score": _get(s, "leaderboard", "score"),
                 "rc": _get(s, "leaderboard", "route_completion"),
                 "pdms": _get(s, "pdms", "score"),
@@ -130,6 +133,7 @@ def write_report(out: str | Path, summary: dict[str, Any], records: list[dict[st
         rows_json=_script_json(episode_rows(records)),
         fmt=_fmt,
         ratio=ratio_text,
+        stall={"progress": f"{STALL_PROGRESS_M:g}", "window": f"{STALL_WINDOW_S:g}"},
     )
     path = out / "report.html"
     tmp = path.with_suffix(".html.tmp")

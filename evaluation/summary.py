@@ -10,7 +10,7 @@ resumed after a kill and an uninterrupted run write the same file. Episodes that
 from __future__ import annotations
 
 import subprocess
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,7 +99,21 @@ def _group(records: list[dict[str, Any]]) -> dict[str, Any]:
     out["n"] = len(records)
     out["route_completion"] = float(np.mean([r["suites"]["leaderboard"]["route_completion"] for r in records]))
     out["lateral_error_m"] = float(np.mean([r.get("lateral_error_m", 0.0) for r in records]))
+    out["endings"] = ending_counts(records)
     return out
+
+
+def ending_of(record: dict[str, Any]) -> str:
+    """An episode record's ending (:mod:`rewards.ending`); a failed episode's is its status, and a
+    record written before endings were recorded has "unrecorded"."""
+    if record.get("ending"):
+        return record["ending"]
+    return record["status"] if record.get("status", "ok") != "ok" else "unrecorded"
+
+
+def ending_counts(records: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """How many episodes ended each way, by name."""
+    return dict(sorted(Counter(ending_of(r) for r in records).items()))
 
 
 def git_revision() -> str | None:
@@ -150,6 +164,7 @@ def summarize(records: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[s
     cons = [r["consistency"] for r in done if r.get("consistency") is not None]
     out["consistency"] = {"mean": float(np.mean(cons)), "n": len(cons)} if cons else None
     out["route_completion"] = _stat([r["suites"]["leaderboard"]["route_completion"] for r in done])
+    out["endings"] = ending_counts(done)
     terms = sorted({k for r in done for k in r.get("reward_returns", {})})
     out["reward_returns"] = {k: float(np.mean([r["reward_returns"].get(k, 0.0) for r in done])) for k in terms}
     out["reward_vs_score"] = reward_vs_score(done, (meta.get("config") or {}).get("rewards"))

@@ -7,6 +7,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from rewards import Ending
+
 
 class MetricsLogger:
     def __init__(self, run_dir: str | Path, resume_step: int = 0) -> None:
@@ -58,6 +60,12 @@ class MetricsLogger:
         out = self.run_dir / "curves.png"
         fig.savefig(out, dpi=90)
         return out
+
+
+def ending_shares(endings: list[str]) -> dict[str, float]:
+    """``episode/ending_<name>``: the share of these episodes (their metrics' ``ending``) that ended each
+    way, every ending named (0 where none did), so a windowed mean over episodes is a share too."""
+    return {f"episode/ending_{e.value}": endings.count(e.value) / len(endings) for e in Ending} if endings else {}
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

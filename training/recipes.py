@@ -304,6 +304,9 @@ class PPOSection(RLSection):
     # a lane change the manoeuvre head chooses is planned for this many decisions of its rollout (0: none),
     # as [eval] hold plans it when the checkpoint is evaluated: the rollouts then drive the policy evaluated
     hold: int = Field(0, ge=0)
+    # this share of the rollouts' episodes start with the ego standing: the exploration noise moves a car
+    # at rest whatever the plan's mean, so without them the rollouts rarely meet a plan that stays standing
+    standing_starts: float = Field(0.0, ge=0, le=1)
 
 
 class SB3Section(_Section):

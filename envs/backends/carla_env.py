@@ -121,8 +121,9 @@ class CarlaDriveEnv(DriveEnv):
 
     # --- the backend's hooks ----------------------------------------------------------------------------------
     def _start(self, scenario: Scenario, seed: int, options: dict[str, Any]) -> None:
-        if "ego_offset" in options:
-            raise ValueError("reset option 'ego_offset' (perturbed starts) exists on the embedded backend only")
+        for option in ("ego_offset", "ego_speed"):
+            if option in options:
+                raise ValueError(f"reset option {option!r} (changed starts) exists on the embedded backend only")
         setup = carla_setup(scenario, seed=seed)
 
         def start() -> tuple[np.ndarray, FrameData]:

@@ -129,7 +129,7 @@ def test_bad_action_can_end_the_episode_as_a_failure_instead():
     env.reset(seed=0)
     _, r, term, trunc, info = env.step(np.full((64, 3), np.inf, np.float32))
     assert term and not trunc and r == 0.0
-    assert info["events"][0].kind == "invalid_action" and "metrics" in info
+    assert info["events"][0].kind == "invalid_action" and info["metrics"]["ending"] == "invalid_action"
     with pytest.raises(RuntimeError, match="call reset"):
         env.step(np.zeros((64, 3), np.float32))
 

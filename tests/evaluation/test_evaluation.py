@@ -50,6 +50,7 @@ def test_eval_writes_journal_summary_and_report(expert_run):
     assert set(s["by_family"]) == {"curve", "cut_in", "lead_brake", "straight"}
     assert s["by_family"]["curve"]["leaderboard"] > 90
     assert s["consistency"]["mean"] > 0.5  # the expert's reasoning agrees with what it does
+    assert s["endings"] == {"route_complete": 4} and s["by_family"]["curve"]["endings"] == {"route_complete": 1}
     assert s["provenance"]["git"] is None or len(s["provenance"]["git"]) >= 40
     lines = (out / "episodes.jsonl").read_text().splitlines()
     assert len(lines) == 4
@@ -67,6 +68,7 @@ def test_eval_writes_journal_summary_and_report(expert_run):
         "wall_s",
         "trace",
         "timing",
+        "ending",
     ):
         assert key in rec, key
     assert rec["reasoning"] and rec["reasoning"][0]["text"]
@@ -196,6 +198,17 @@ def test_regress_exit_codes(expert_run, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "REGRESSION" in out and "curve-000" in out
     assert (worse / "regress" / "regress.html").exists() and (worse / "regress" / "regress.md").exists()
+    # what the candidate's episodes ended in: the expert drives every route, the stop agent stands to the time limit
+    assert json.loads((worse / "summary.json").read_text())["endings"] == {"stalled": 4}
+    assert json.loads((worse / "regress" / "regress.json").read_text())["endings"] == {
+        "route_complete": {"baseline": 4, "candidate": 0},
+        "stalled": {"baseline": 0, "candidate": 4},
+    }
+    assert "| route_complete -> stalled |" in out and "| stalled | 0 | 4 |" in out
+    assert (
+        'id="endings"' in (worse / "report.html").read_text()
+        and "stalled" in (worse / "regress/regress.html").read_text()
+    )
 
     # one must-pass scenario that stops succeeding fails the check even when the mean barely moves
     one_off = tmp_path / "one_off"
@@ -323,7 +336,7 @@ def test_report_renders_in_headless_chromium(expert_run, tmp_path):
     body = dom[dom.index('id="episodes"') :]
     assert body.count("<tr>") == 1 + 4  # header + one row per episode, built by the script
     assert dom.count('data-figure="bev"') == 4 and dom.count("<svg") >= 6
-    assert "curve-000" in body and "status-ok" in body
+    assert "curve-000" in body and "status-ok" in body and body.count("<td>route_complete</td>") == 4
 
 
 def test_a_time_out_holds_whatever_the_agent_catches(tmp_path):

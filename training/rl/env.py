@@ -10,7 +10,9 @@ Cameras are resized to the VLA's input size here (``image_size``), with the same
 the model applies, so rollouts store and ship 5x fewer bytes without changing what the model sees.
 ``single_observation`` with one observation key returns that array instead of a dict.
 With ``scene_facts`` every info carries the scene's causes and the ego speed at that observation,
-which the reasoning-consistency reward needs at each decision.
+which the reasoning-consistency reward needs at each decision. With ``standing_starts`` (a share,
+PPO's ``rl.standing_starts``) that share of the episodes start with the ego standing, drawn per reset
+from ``standing_starts_seed`` and the seed of the env's last seeded reset (RLlib seeds each env once).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class RLDriveEnv(gym.Wrapper):
         image_size = cfg.pop("image_size", None)
         tasks = cfg.pop("tasks", ())
         self.scene_facts = bool(cfg.pop("scene_facts", False))
+        self.standing_starts = float(cfg.pop("standing_starts", 0.0))
+        self._starts_seed = int(cfg.pop("standing_starts_seed", 0))
+        self._starts = np.random.default_rng(self._starts_seed)
         single = bool(cfg.pop("single_observation", False))
         for key in ("camera_size", "observations"):
             if key in cfg and isinstance(cfg[key], list):
@@ -70,6 +75,10 @@ class RLDriveEnv(gym.Wrapper):
         if self.tasks:
             scenario, seed = self.tasks.popleft()
             options = {**(options or {}), "scenario": scenario}
+        if seed is not None:  # (RLlib seeds each of its envs once, each with its own seed)
+            self._starts = np.random.default_rng((self._starts_seed, seed))
+        if self.standing_starts and self._starts.random() < self.standing_starts:
+            options = {**(options or {}), "ego_speed": 0.0}
         obs, info = self.env.reset(seed=seed, options=options)
         self.current_task = (info["scenario"], seed)
         info["task"] = self.current_task

@@ -31,7 +31,7 @@ from agents.policy import load_policy
 from loopdrive.seeding import derive_seed
 from loopdrive.seeding import rng as seeded_rng
 from training.checkpoints import Checkpointer, load_trainer_state
-from training.metrics_log import MetricsLogger, progress_bar
+from training.metrics_log import MetricsLogger, ending_shares, progress_bar
 from training.milestones import after_step, before_first_step, finish, last_step_of_this_run
 from training.recipes import GRPORecipe, GRPOSection, RecipeError
 from training.rl.demonstrations import Demonstrations, demonstration_args
@@ -167,6 +167,7 @@ def rollout_metrics(rollouts: list[Rollout], scores: torch.Tensor, groups: torch
         out["episode/driving_score"] = float(np.mean([m["leaderboard"]["score"] for m in done]))
         out["episode/route_completion"] = float(np.mean([m["leaderboard"]["route_completion"] for m in done]))
         out["episode/at_fault_collisions"] = float(np.mean([m["at_fault_collisions"] for m in done]))
+        out |= ending_shares([m["ending"] for m in done if m.get("ending")])
     out["episode/decisions"] = float(np.mean([len(r.logp) for r in rollouts]))
     branched = list({r.group: r.branch for r in rollouts if r.branch}.values())  # step level: where groups branched
     if branched:

@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 from agents.policy import load_policy
 from agents.vla.manoeuvre import why_nothing_to_hold
 from training.checkpoints import save_checkpoint
-from training.metrics_log import MetricsLogger, progress_bar
+from training.metrics_log import MetricsLogger, ending_shares, progress_bar
 from training.milestones import after_step, before_first_step, finish, last_step_of_this_run
 from training.recipes import PPORecipe, RecipeError
 from training.rl.demonstrations import Demonstrations, demonstration_args
@@ -45,8 +45,8 @@ VALUE_HEAD = "value_head.safetensors"
 
 
 class EpisodeTermsCallback(RLlibCallback):
-    """On the env runner, at each episode's end: every reward term's total and the Driving Score, logged
-    as windowed means (they arrive in the result under ``env_runners``)."""
+    """On the env runner, at each episode's end: every reward term's total, the Driving Score and how the
+    episode ended, logged as windowed means (they arrive in the result under ``env_runners``)."""
 
     def on_episode_end(self, *, episode, metrics_logger=None, **kwargs) -> None:
         infos = episode.get_infos()
@@ -62,6 +62,8 @@ class EpisodeTermsCallback(RLlibCallback):
             metrics_logger.log_value(
                 "episode/route_completion", final["leaderboard"]["route_completion"], reduce="mean", window=100
             )
+            for k, v in ending_shares([final["ending"]] if final.get("ending") else []).items():
+                metrics_logger.log_value(k, v, reduce="mean", window=100)
 
 
 class FlowPPOLearner(PPOTorchLearner):

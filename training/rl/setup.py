@@ -74,6 +74,8 @@ def env_config(
         cfg["rewards"] = dict(rl.rewards)
     if scene_facts:
         cfg["scene_facts"] = True
+    if getattr(rl, "standing_starts", 0.0):  # (PPO's: GRPO's groups share one start)
+        cfg |= {"standing_starts": rl.standing_starts, "standing_starts_seed": recipe.seed}
     return cfg
 
 

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from rewards import Ending
+
 
 def _rl_recipe(algorithm: str, init: Path, data: dict | None = None, **rl):
     from training.recipes import recipe_from_dict
@@ -78,6 +80,8 @@ def test_ppo_one_iteration_end_to_end_on_rllib(ray_local, tiny_vla, tmp_path):
     assert (final / "value_head.safetensors").exists()
     assert result["env_steps"] >= 40 and "learner/vf_loss" in result and "learner/clip_fraction" in result
     assert "reward_terms/progress" in result and "episode/driving_score" in result  # from the env runners
+    endings = {k: v for k, v in result.items() if k.startswith("episode/ending_")}
+    assert set(endings) == {f"episode/ending_{e.value}" for e in Ending} and sum(endings.values()) == pytest.approx(1)
     before, after = VLA.from_pretrained(tiny_vla), VLA.from_pretrained(final)
     assert any(not torch.equal(a, b) for a, b in zip(before.expert.parameters(), after.expert.parameters()))
     assert all(torch.equal(a, b) for a, b in zip(before.backbone.parameters(), after.backbone.parameters()))

@@ -429,3 +429,40 @@ def test_branches_of_several_groups_are_driven_side_by_side(monkeypatch):
     assert all(r.env_steps == 4 + s for r, s in zip(out, [2, 2, 2, 5, 5, 5]))
     branch_calls = plan.batches[-8:]  # after the approaches: 2 waves x (2 sampled + 2 planned decisions)
     assert branch_calls == [("sample", 3), ("sample", 3), ("plan", 3), ("plan", 3)] * 2
+
+
+# --- standing starts (PPO's rl.standing_starts) ---------------------------------------------------------------------
+
+
+def test_standing_starts_start_that_share_of_episodes_with_the_ego_at_rest():
+    from training.rl.env import RLDriveEnv
+
+    def starts(share: float, first_seed: int = 1, resets: int = 40) -> list[bool]:
+        config = {"bank": "smoke", "observations": ["state"], "standing_starts": share, "standing_starts_seed": 3}
+        env = RLDriveEnv(config)
+        standing = []
+        for k in range(resets):  # seeded once, as RLlib resets its envs
+            env.reset(seed=first_seed if k == 0 else None)
+            world = env.unwrapped.world
+            standing.append(world.state.speed[0] == 0.0)
+            assert env.unwrapped.ego_track[0].speed == world.state.speed[0]  # the episode's record starts there too
+        return standing
+
+    assert not any(starts(0.0)) and all(starts(1.0, resets=5))
+    mixed = starts(0.5)
+    assert 10 <= sum(mixed) <= 30 and mixed == starts(0.5)  # about half, the same draws again
+    assert mixed != starts(0.5, first_seed=2)  # each env (seeded with its own seed) draws its own
+
+
+def test_a_standing_start_holds_the_ego_and_its_history_at_rest():
+    import gymnasium as gym
+
+    env = gym.make("LoopDrive-v0", observations=("state", "ego_history"), scenario="straight-000")
+    moving, _ = env.reset(seed=0)
+    assert env.unwrapped.world.state.speed[0] > 5.0
+    standing, _ = env.reset(seed=0, options={"ego_speed": 0.0})
+    assert env.unwrapped.world.state.speed[0] == 0.0
+    assert np.ptp(standing["ego_history"][..., :2], axis=0).max() < 1e-6  # it has stood there
+    assert np.ptp(moving["ego_history"][..., :2], axis=0).max() > 1.0
+    with pytest.raises(ValueError, match="'ego_speed' must be within"):
+        env.reset(seed=0, options={"ego_speed": -1.0})
