@@ -9,7 +9,6 @@ from evaluation.summary import ending_of
 from rewards.ending import STALL_PROGRESS_M, STALL_WINDOW_S, Ending, episode_ending, stalled
 from rewards.events import Event, EventKind
 from rewards.transition import EgoState
-from training.metrics_log import ending_shares
 
 DT = 0.1
 
@@ -84,10 +83,3 @@ def test_the_time_running_out_is_stalled_when_the_ego_stood_or_crawled_through_i
 )
 def test_a_records_ending(record, ending):
     assert ending_of(record) == ending
-
-
-def test_training_logs_the_share_of_episodes_that_ended_each_way():
-    shares = ending_shares(["stalled", "route_complete", "stalled", "collision"])
-    assert shares["episode/ending_stalled"] == 0.5 and shares["episode/ending_time_limit"] == 0.0
-    assert set(shares) == {f"episode/ending_{e.value}" for e in Ending} and sum(shares.values()) == 1.0
-    assert ending_shares([]) == {}
