@@ -34,7 +34,6 @@ from envs.world import DT
 from rewards import (
     DEFAULT_REWARDS,
     EgoState,
-    Ending,
     EpisodeLog,
     Event,
     EventKind,
@@ -202,6 +201,7 @@ class DriveEnv(gym.Env):
         terms = dict.fromkeys(self.composer.terms, 0.0)
         reward = 0.0
         terminated = truncated = False
+        ended_by: Event | None = None
         n, every, slots = self.decision_every, self._slot_steps, self.frame_slots
         shift = n // every  # slots a decision moves the kept frames by
         start = len(self._ego_track) - 1
@@ -235,7 +235,8 @@ class DriveEnv(gym.Env):
                 self._timed_capture(slots - 1 - back // every)
             for hook in self.step_hooks:
                 hook(self)
-            terminated = interface.is_terminal(new_events, self.terminate_on_collision)
+            ended_by = interface.terminal_event(new_events, self.terminate_on_collision)
+            terminated = ended_by is not None
             truncated = self.world.t >= self.scenario.duration_s - 1e-9
             if terminated or truncated:
                 break
@@ -246,8 +247,7 @@ class DriveEnv(gym.Env):
         if terminated or truncated:
             self._done = True
             info["metrics"] = self.episode_metrics()
-            ending = episode_ending(events, terminated, self._ego_track, self.terminate_on_collision)
-            info["metrics"]["ending"] = ending.value
+            info["metrics"]["ending"] = episode_ending(ended_by, self._ego_track).value
         return self._observe(), float(reward), terminated, truncated, info
 
     def _end_on_invalid_action(self, error: InvalidActionError):
@@ -256,7 +256,7 @@ class DriveEnv(gym.Env):
         event = Event(EventKind.INVALID_ACTION, self.world.t, reason=str(error))
         self.world.log.append(event)
         info = self._info([event], dict.fromkeys(self.composer.terms, 0.0))
-        info["metrics"] = self.episode_metrics() | {"ending": Ending.INVALID_ACTION.value}
+        info["metrics"] = self.episode_metrics() | {"ending": episode_ending(event, self._ego_track).value}
         return self._observe(), 0.0, True, False, info
 
     def _timed_capture(self, slot: int) -> None:

@@ -152,14 +152,18 @@ def check_action(action: Any, space: spaces.Box, action_mode: str) -> tuple[floa
     return accel, u_steer * MAX_STEER
 
 
+def terminal_event(events: Sequence[Event], terminate_on_collision: bool) -> Event | None:
+    """The first of ``events`` that ends the episode: the route done or abandoned, or a collision the
+    ego caused (when that ends episodes); None when none does."""
+    for e in events:
+        if e.kind in ENDS_ROUTE or (e.kind is EventKind.COLLISION and e.at_fault and terminate_on_collision):
+            return e
+    return None
+
+
 def is_terminal(events: Sequence[Event], terminate_on_collision: bool) -> bool:
     """The route is done or abandoned, or the ego caused a collision (when that ends episodes)."""
-    for e in events:
-        if e.kind in ENDS_ROUTE:
-            return True
-        if e.kind is EventKind.COLLISION and e.at_fault and terminate_on_collision:
-            return True
-    return False
+    return terminal_event(events, terminate_on_collision) is not None
 
 
 def summarise_episode(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import Enum
 
-from rewards.events import ENDS_ROUTE, Event, EventKind
+from rewards.events import Event
 from rewards.transition import EgoState
 
 STALL_WINDOW_S = 10.0  # the last seconds of an episode that say whether the ego had stalled ...
@@ -34,19 +34,12 @@ class Ending(str, Enum):
         return self.value
 
 
-def episode_ending(
-    last_events: Sequence[Event], terminated: bool, track: Sequence[EgoState], collisions_end: bool = True
-) -> Ending:
-    """The ending of an episode from its last decision's events, whether the env ended it
-    (``terminated``) rather than its time limit, the ego's track (one state per world step), and whether
-    an at-fault collision ends an episode (``collisions_end``; a route file's run drives on)."""
-    if terminated:
-        for e in last_events:
-            if e.kind in ENDS_ROUTE or e.kind is EventKind.INVALID_ACTION:
-                return Ending(e.kind.value)
-            if e.kind is EventKind.COLLISION and e.at_fault and collisions_end:
-                return Ending.COLLISION
-    return Ending.STALLED if stalled(track) else Ending.TIME_LIMIT
+def episode_ending(ended_by: Event | None, track: Sequence[EgoState]) -> Ending:
+    """The ending of an episode from the event that ended it (None: its time ran out) and the ego's
+    track (one state per world step)."""
+    if ended_by is None:
+        return Ending.STALLED if stalled(track) else Ending.TIME_LIMIT
+    return Ending(ended_by.kind.value)  # (each ending event's kind names its ending)
 
 
 def stalled(track: Sequence[EgoState]) -> bool:
