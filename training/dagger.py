@@ -20,7 +20,7 @@ import numpy as np
 from rewards.terms import ade
 from training.checkpoints import checkpoint_dir, publish_final
 from training.data import DatasetError, DrivingDataset, SampleBatch, collect
-from training.loop import EpochSampler, WeightedSampler, meta_action_weights
+from training.loop import EpochSampler, WeightedSampler, draw_weights
 from training.recipes import SFTRecipe
 
 
@@ -105,17 +105,17 @@ class MixedBatches:
         self.on_policy = self._on_policy_sampler()
 
     def _expert_sampler(self, **position: int) -> EpochSampler | WeightedSampler:
-        weights = self.recipe.train.meta_action_weights
-        if not weights:  # each sample once per epoch
+        weights = draw_weights(self.expert, self.recipe.train)
+        if weights is None:  # each sample once per epoch
             return EpochSampler(len(self.expert), self.recipe.seed, **position)
-        return WeightedSampler(meta_action_weights(self.expert, weights), self.recipe.seed, **position)
+        return WeightedSampler(weights, self.recipe.seed, **position)
 
     def _on_policy_sampler(self, **position: int) -> EpochSampler | WeightedSampler:
         seed = self.recipe.seed + 1000 * len(self.rounds)
-        weights = self.recipe.train.meta_action_weights
-        if self.recipe.dagger.focus == "uniform" and not weights:
+        per_round = [draw_weights(d, self.recipe.train) for d in self.rounds]
+        if self.recipe.dagger.focus == "uniform" and per_round[0] is None:
             return EpochSampler(int(self._offsets[-1]), seed, **position)
-        w = np.concatenate([meta_action_weights(d, weights) for d in self.rounds])
+        w = np.concatenate([np.ones(len(d)) if x is None else x for d, x in zip(self.rounds, per_round)])
         if self.recipe.dagger.focus == "disagreement":  # half the draws uniform, half by how wrong
             wrong = np.concatenate([disagreement(d) for d in self.rounds])
             w = w * (wrong + wrong.mean())

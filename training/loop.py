@@ -14,6 +14,7 @@ import torch
 from loopdrive.seeding import rng as seeded_rng
 from training.checkpoints import clean_stale
 from training.data import DatasetError, DrivingDataset, collect
+from training.data.labels import time_to_lead
 from training.recipes import DataSection, TrainSection
 
 
@@ -75,6 +76,30 @@ def meta_action_weights(data: DrivingDataset, weights: Mapping[str, float]) -> n
             shown = [weights[a] for a in json.loads(labels) if a in weights] if labels else []
             out[i] = max(shown, default=1.0)
     return out
+
+
+def hazard_weights(data: DrivingDataset, ttc_s: float, weight: float) -> np.ndarray:
+    """Each sample's draw weight: ``weight`` where the car ahead is less than ``ttc_s`` seconds away at
+    the recorded closing speed (``training.data.labels.time_to_lead``), else 1. The expert brakes early,
+    so those states are rare in its data (203 of core train's 6,841 within 4 s)."""
+    if "perception" not in data.arrays:
+        raise DatasetError(
+            f"{data.path}: train.hazard_weight needs the perception targets, and this data was collected "
+            "before they were recorded; collect it again or leave hazard_weight at 1"
+        )
+    ttc = time_to_lead(np.asarray(data.arrays["perception"][: len(data)]))
+    return np.where(ttc < ttc_s, weight, 1.0)
+
+
+def draw_weights(data: DrivingDataset, train: TrainSection) -> np.ndarray | None:
+    """How often each sample is drawn relative to the others: the largest of its meta-action weight and
+    its hazard weight; None when the recipe weights nothing (each sample once per epoch)."""
+    if not train.meta_action_weights and train.hazard_weight == 1.0:
+        return None
+    weights = meta_action_weights(data, train.meta_action_weights)
+    if train.hazard_weight != 1.0:
+        weights = np.maximum(weights, hazard_weights(data, train.hazard_ttc_s, train.hazard_weight))
+    return weights
 
 
 def learning_rate(step: int, cfg: TrainSection, total: int | None = None) -> float:

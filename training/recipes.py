@@ -91,6 +91,11 @@ class TrainSection(_Section):
     # (the largest weight it has): the expert's lane changes are 6% of its samples, and a plan that never
     # leaves its lane is what most samples teach
     meta_action_weights: dict[str, float] = Field(default_factory=dict)
+    # draw a sample whose car ahead is under hazard_ttc_s seconds away at its closing speed that many times as
+    # often (the largest of this and its meta-action weight): the expert brakes early, so the states where a
+    # braking car ahead comes close fast are 3% of its data; they need the data's perception targets
+    hazard_weight: float = Field(1.0, ge=1)
+    hazard_ttc_s: float = Field(4.0, gt=0)
     # weight of the perception probe's loss: the image tokens regress what is ahead (the car in the lane, its
     # gap and closing speed, a red light; agents/vla/perception.py), recorded with the data. 0: no probe
     perception_weight: float = Field(0.0, ge=0)

@@ -129,6 +129,59 @@ def test_meta_action_weights_draw_a_rare_manoeuvre_that_much_more_often_and_resu
         load_recipe(dagger_recipe(tmp_path, dataset), ["train.meta_action_weights={stop = 0.0}"])
 
 
+def test_hazard_weight_draws_the_states_near_the_car_ahead_that_much_more_often(dataset, straight_run, tmp_path):
+    import shutil
+
+    import zarr
+
+    from training.data.labels import PERCEPTION_TARGETS, time_to_lead
+
+    # the smoke scenarios have no car closing in: a copy of their data where every third state has one
+    # 20 m ahead closing at 10 m/s (2 s away) and every third but one a car 45 m ahead at 10 m/s (4.5 s)
+    copy = tmp_path / "closing.zarr"
+    shutil.copytree(dataset, copy)
+    perception = zarr.open_array(str(copy / "perception"), mode="r+")
+    values = perception[:]
+    gap, closing = PERCEPTION_TARGETS.index("lead_gap"), PERCEPTION_TARGETS.index("lead_closing_speed")
+    values[::3, gap], values[::3, closing] = 20.0 / 60.0, 1.0
+    values[1::3, gap], values[1::3, closing] = 45.0 / 60.0, 1.0
+    perception[:] = values
+    expert = DrivingDataset(copy)
+    near = time_to_lead(expert.arrays["perception"][:]) < 4.0
+    np.testing.assert_array_equal(near, np.arange(len(expert)) % 3 == 0)
+    settings = ["train.hazard_weight=3.0", "train.meta_action_weights={stop = 5.0}"]
+    recipe = load_recipe(dagger_recipe(tmp_path, copy), DAGGER[1::2] + settings)
+
+    def expected(data: DrivingDataset) -> np.ndarray:  # the larger of the two weights, else 1
+        stop = np.array(["stop" in set(json.loads(x)) for x in data.text["meta_actions"]])
+        hazard = np.where(time_to_lead(data.arrays["perception"][:]) < 4.0, 3.0, 1.0)
+        return np.maximum(np.where(stop, 5.0, 1.0), hazard)
+
+    want = expected(expert)
+    assert set(want) >= {1.0, 3.0}
+    batches = dagger.MixedBatches(expert, recipe)
+    np.testing.assert_allclose(batches.sampler.p, want / want.sum())
+    drawn = np.concatenate([batches.sampler.next(64) for _ in range(60)])
+    np.testing.assert_allclose(near[drawn].mean(), (want * near).sum() / want.sum(), atol=0.03)
+    for r in (1, 2):  # the rounds' samples are weighted the same way
+        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)))
+    on_policy = np.concatenate([expected(d) for d in batches.rounds])
+    np.testing.assert_allclose(batches.on_policy.p, on_policy / on_policy.sum())
+    with pytest.raises(RecipeError, match="hazard_weight"):
+        load_recipe(dagger_recipe(tmp_path, dataset), ["train.hazard_weight=0.5"])
+
+
+def test_hazard_weight_refuses_data_without_perception_targets(dataset, tmp_path):
+    import shutil
+
+    old = tmp_path / "old.zarr"
+    shutil.copytree(dataset, old)
+    shutil.rmtree(old / "perception")
+    recipe = load_recipe(dagger_recipe(tmp_path, dataset), DAGGER[1::2] + ["train.hazard_weight=2.0"])
+    with pytest.raises(DatasetError, match=r"old\.zarr: train\.hazard_weight needs the perception targets"):
+        dagger.MixedBatches(DrivingDataset(old), recipe)
+
+
 def test_focus_refuses_round_data_without_the_policys_plans(dataset, straight_run, tmp_path):
     import shutil
 

@@ -188,6 +188,17 @@ def perception_targets(facts: SceneFacts) -> np.ndarray:
     return np.array([values[name] for name in PERCEPTION_TARGETS], np.float32)
 
 
+def time_to_lead(perception: np.ndarray) -> np.ndarray:
+    """Seconds until the ego reaches the car ahead at today's closing speed, per row of recorded
+    ``perception`` targets (inf where no car is within 60 m or the gap is not closing by 0.5 m/s).
+    The closing speed is read as recorded (clipped at 10 m/s), so a faster closing reads a little late."""
+    column = {name: i for i, name in enumerate(PERCEPTION_TARGETS)}
+    gap = perception[..., column["lead_gap"]] * 60.0
+    closing = perception[..., column["lead_closing_speed"]] * 10.0
+    ahead = (gap < 60.0) & (closing > 0.5)
+    return np.where(ahead, gap / np.where(ahead, closing, 1.0), np.inf)
+
+
 # What the manoeuvre head predicts and, with ``[model] manoeuvre_in_state``, what the plan is conditioned on
 # (SFT's ``[train] manoeuvre_weight``): whether the driven future leaves the lane, and to which side. Turns
 # follow the route, which the state token already carries; a nudge round an obstacle counts with the lane

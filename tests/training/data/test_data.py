@@ -214,6 +214,31 @@ def test_perception_targets_scale_what_is_ahead_and_read_as_far_when_nothing_is(
     assert perception_targets(red)[PERCEPTION_TARGETS.index("stop_distance")] == pytest.approx(0.2)
 
 
+def test_time_to_lead_is_the_gap_over_the_closing_speed_and_infinite_when_nothing_closes_in():
+    from rewards.scene import SceneFacts
+    from training.data.labels import perception_targets, time_to_lead
+
+    def ttc(gap: float, lead_speed: float, speed: float = 12.0) -> float:
+        lead = {"id": "a", "gap": gap, "speed": lead_speed, "stopped": lead_speed == 0.0}
+        return float(time_to_lead(perception_targets(SceneFacts(speed=speed, lead_vehicle=lead))))
+
+    assert ttc(15.0, 4.0) == pytest.approx(15.0 / 8.0)
+    assert ttc(30.0, 0.0, speed=15.0) == pytest.approx(3.0)  # a closing speed over 10 m/s reads as 10
+    assert ttc(15.0, 11.8) == np.inf  # closing at 0.2 m/s: following, not closing in
+    assert ttc(15.0, 14.0) == np.inf  # the gap opens
+    assert ttc(75.0, 0.0) == np.inf  # beyond the 60 m the targets see
+    assert float(time_to_lead(perception_targets(SceneFacts(speed=12.0)))) == np.inf  # nothing ahead
+    rows = np.stack(
+        [
+            perception_targets(
+                SceneFacts(speed=12.0, lead_vehicle={"id": "a", "gap": g, "speed": 2.0, "stopped": False})
+            )
+            for g in (5.0, 20.0)
+        ]
+    )
+    np.testing.assert_allclose(time_to_lead(rows), [0.5, 2.0])
+
+
 def test_manoeuvre_classes_come_from_each_samples_meta_actions_and_a_malformed_entry_is_refused(dataset, tmp_path):
     """Lane changes and nudges to a side are that side's class, turns follow the route (keep_lane), left
     first when a future has both; the dataset reads each sample's from its recorded meta-actions, and an
