@@ -105,17 +105,15 @@ class MixedBatches:
         self.on_policy = self._on_policy_sampler()
 
     def _expert_sampler(self, **position: int) -> EpochSampler | WeightedSampler:
-        weights = draw_weights(self.expert, self.recipe.train)
-        if weights is None:  # each sample once per epoch
+        if not self.recipe.train.weights_draws:  # each sample once per epoch
             return EpochSampler(len(self.expert), self.recipe.seed, **position)
-        return WeightedSampler(weights, self.recipe.seed, **position)
+        return WeightedSampler(draw_weights(self.expert, self.recipe.train), self.recipe.seed, **position)
 
     def _on_policy_sampler(self, **position: int) -> EpochSampler | WeightedSampler:
         seed = self.recipe.seed + 1000 * len(self.rounds)
-        per_round = [draw_weights(d, self.recipe.train) for d in self.rounds]
-        if self.recipe.dagger.focus == "uniform" and per_round[0] is None:
+        if self.recipe.dagger.focus == "uniform" and not self.recipe.train.weights_draws:
             return EpochSampler(int(self._offsets[-1]), seed, **position)
-        w = np.concatenate([np.ones(len(d)) if x is None else x for d, x in zip(self.rounds, per_round)])
+        w = np.concatenate([draw_weights(d, self.recipe.train) for d in self.rounds])
         if self.recipe.dagger.focus == "disagreement":  # half the draws uniform, half by how wrong
             wrong = np.concatenate([disagreement(d) for d in self.rounds])
             w = w * (wrong + wrong.mean())

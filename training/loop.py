@@ -91,11 +91,9 @@ def hazard_weights(data: DrivingDataset, ttc_s: float, weight: float) -> np.ndar
     return np.where(ttc < ttc_s, weight, 1.0)
 
 
-def draw_weights(data: DrivingDataset, train: TrainSection) -> np.ndarray | None:
+def draw_weights(data: DrivingDataset, train: TrainSection) -> np.ndarray:
     """How often each sample is drawn relative to the others: the largest of its meta-action weight and
-    its hazard weight; None when the recipe weights nothing (each sample once per epoch)."""
-    if not train.meta_action_weights and train.hazard_weight == 1.0:
-        return None
+    its hazard weight (all 1 when the recipe weights nothing)."""
     weights = meta_action_weights(data, train.meta_action_weights)
     if train.hazard_weight != 1.0:
         weights = np.maximum(weights, hazard_weights(data, train.hazard_ttc_s, train.hazard_weight))

@@ -111,6 +111,11 @@ class TrainSection(_Section):
     two_stage: bool = False  # stage 1: VLM (text); stage 2: action expert with the VLM frozen
     stage1_fraction: float = Field(0.5, gt=0, lt=1)
 
+    @property
+    def weights_draws(self) -> bool:
+        """Whether some samples are drawn more often than others (else each once per epoch)."""
+        return bool(self.meta_action_weights) or self.hazard_weight != 1.0
+
     @model_validator(mode="after")
     def _something_learns(self) -> TrainSection:
         if self.two_stage and self.parts != "both":

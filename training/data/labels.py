@@ -189,9 +189,9 @@ def perception_targets(facts: SceneFacts) -> np.ndarray:
 
 
 def time_to_lead(perception: np.ndarray) -> np.ndarray:
-    """Seconds until the ego reaches the car ahead at today's closing speed, per row of recorded
+    """Seconds until the ego reaches the car ahead at the current closing speed, per row of recorded
     ``perception`` targets (inf where no car is within 60 m or the gap is not closing by 0.5 m/s).
-    The closing speed is read as recorded (clipped at 10 m/s), so a faster closing reads a little late."""
+    The closing speed is read as recorded, clipped at 10 m/s: a faster one reads as more time."""
     column = {name: i for i, name in enumerate(PERCEPTION_TARGETS)}
     gap = perception[..., column["lead_gap"]] * 60.0
     closing = perception[..., column["lead_closing_speed"]] * 10.0
