@@ -157,6 +157,8 @@ def _reason(score: Any) -> str:
 # What the perception probe learns to read off the image tokens (SFT's ``[train] perception_weight``):
 # the privileged world's answer to "what is ahead of me", each scaled to about [0, 1] and defined when
 # nothing is there (a gap reads as its range, a flag as 0), so every sample has all of them.
+LEAD_RANGE_M = 60.0  # lead_gap's scale: the farthest gap it tells apart
+CLOSING_SCALE_MPS = 10.0  # lead_closing_speed's scale, and the largest closing speed it tells apart
 PERCEPTION_TARGETS = (
     "lead_gap",  # bumper-to-bumper gap to the nearest vehicle in the ego path, / 60 m (1: none within 60 m)
     "lead_closing_speed",  # ego speed - that vehicle's speed, / 10 m/s, clipped to [-1, 1] (0: none)
@@ -176,8 +178,8 @@ def perception_targets(facts: SceneFacts) -> np.ndarray:
     if facts.signal_ahead is not None and facts.signal_ahead["state"] in ("red", "yellow"):
         stop.append(facts.signal_ahead["distance"])
     values = {
-        "lead_gap": min(lead["gap"], 60.0) / 60.0 if lead else 1.0,
-        "lead_closing_speed": float(np.clip((facts.speed - lead["speed"]) / 10.0, -1, 1)) if lead else 0.0,
+        "lead_gap": min(lead["gap"], LEAD_RANGE_M) / LEAD_RANGE_M if lead else 1.0,
+        "lead_closing_speed": float(np.clip((facts.speed - lead["speed"]) / CLOSING_SCALE_MPS, -1, 1)) if lead else 0.0,
         "lead_stopped": float(bool(lead and lead["stopped"])),
         "blocked_gap": min(facts.blocked_lane["gap"], 40.0) / 40.0 if facts.blocked_lane else 1.0,
         "cut_in_gap": min(facts.cut_in["gap"], 30.0) / 30.0 if facts.cut_in else 1.0,
@@ -192,10 +194,9 @@ def time_to_lead(perception: np.ndarray) -> np.ndarray:
     """Seconds until the ego reaches the car ahead at the current closing speed, per row of recorded
     ``perception`` targets (inf where no car is within 60 m or the gap is not closing by 0.5 m/s).
     The closing speed is read as recorded, clipped at 10 m/s: a faster one reads as more time."""
-    column = {name: i for i, name in enumerate(PERCEPTION_TARGETS)}
-    gap = perception[..., column["lead_gap"]] * 60.0
-    closing = perception[..., column["lead_closing_speed"]] * 10.0
-    ahead = (gap < 60.0) & (closing > 0.5)
+    gap = perception[..., PERCEPTION_TARGETS.index("lead_gap")] * LEAD_RANGE_M
+    closing = perception[..., PERCEPTION_TARGETS.index("lead_closing_speed")] * CLOSING_SCALE_MPS
+    ahead = (gap < LEAD_RANGE_M) & (closing > 0.5)
     return np.where(ahead, gap / np.where(ahead, closing, 1.0), np.inf)
 
 
