@@ -4,7 +4,8 @@
   to its algorithm; ``recipes.py``: a recipe type per algorithm.
 - The shared plumbing: ``checkpoints.py`` (atomic, resumable), ``metrics_log.py`` (JSONL, TensorBoard,
   curves), ``milestones.py`` (periodic checkpoints and closed-loop evaluations, model selection, the
-  final policy), ``loop.py`` (the data order and learning-rate schedule of supervised trainers).
+  final policy), ``loop.py`` (the data order and learning-rate schedule of supervised trainers),
+  ``averaging.py`` (the average of the weights a supervised run can save instead of its last step).
 - ``data/``: collecting labelled driving data and reading it back.
 - ``sft.py``: supervised fine-tuning of the VLA.
 - ``rl/``: closed-loop RL of the VLA: ``grpo.py``, ``ppo.py`` (RLlib), ``ppo_sb3.py`` (a classic

@@ -3,9 +3,11 @@
 A checkpoint is a folder ``RUN/checkpoints/step_0000100`` holding the VLA exactly as
 ``save_pretrained`` writes it (so ``vla:`` loads any checkpoint), plus ``trainer.safetensors``
 (optimizer moments, RNG states) and ``trainer_state.json`` (step, data position, optimizer
-hyper-parameters). It is written into a hidden temporary folder and renamed into place, then
-``RUN/checkpoints/latest`` (one line naming it) is replaced atomically: a kill at any moment leaves
-the previous checkpoint as the latest, never a half-written one.
+hyper-parameters). A run that averages its weights (``[train] ema_decay``) saves the average as the
+model, the policy evaluations read, and the weights it trains as ``trained/*`` tensors in
+``trainer.safetensors``, which a resume continues. A checkpoint is written into a hidden temporary
+folder and renamed into place, then ``RUN/checkpoints/latest`` (one line naming it) is replaced
+atomically: a kill at any moment leaves the previous checkpoint as the latest, never a half-written one.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     rng: dict[str, torch.Tensor],
     keep_last: int = 2,
+    trained: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     d = checkpoint_dir(run_dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -76,6 +79,7 @@ def save_checkpoint(
     model.save_pretrained(tmp)
     tensors, meta = _optimizer_tensors(optimizer) if optimizer is not None else ({}, {})
     tensors |= {f"rng/{k}": v.contiguous() for k, v in rng.items()}
+    tensors |= {f"trained/{k}": v.detach().cpu().clone().contiguous() for k, v in (trained or {}).items()}
     save_file(tensors, tmp / "trainer.safetensors")
     (tmp / "trainer_state.json").write_text(json.dumps(trainer_state | {"step": step, "optimizer": meta}, indent=1))
     final = d / name
@@ -123,6 +127,15 @@ def load_trainer_state(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]
     return state, _optimizer_state(tensors, state.pop("optimizer")), rng
 
 
+def load_trained_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The weights a run trains, where its model folder holds their average (``ema_decay``)."""
+    path = Path(path) / "trainer.safetensors"
+    trained = {k[8:]: v for k, v in load_file(path).items() if k.startswith("trained/")}
+    if not trained:
+        raise CheckpointError(f"{path}: no trained/* weights (saved without train.ema_decay); resume without it")
+    return trained
+
+
 def restore_trainer(
     path: str | Path, optimizer: torch.optim.Optimizer, generators: dict[str, torch.Generator]
 ) -> dict[str, Any]:
@@ -149,8 +162,8 @@ def publish_final(run_dir: str | Path, checkpoint: Path, name: str = "final") ->
 
 
 class Checkpointer:
-    """A trainer's checkpoints: ``save(step, model, optimizer, state, rng)`` into ``run_dir``, keeping the
-    last ``keep_last``."""
+    """A trainer's checkpoints: ``save(step, model, optimizer, state, rng, trained)`` into ``run_dir``,
+    keeping the last ``keep_last``."""
 
     def __init__(self, run_dir: str | Path, keep_last: int) -> None:
         self.run_dir, self.keep_last = Path(run_dir), keep_last
@@ -162,5 +175,6 @@ class Checkpointer:
         optimizer: torch.optim.Optimizer | None,
         state: dict[str, Any],
         rng: dict[str, torch.Tensor],
+        trained: dict[str, torch.Tensor] | None = None,
     ) -> Path:
-        return save_checkpoint(self.run_dir, step, model, optimizer, state, rng, self.keep_last)
+        return save_checkpoint(self.run_dir, step, model, optimizer, state, rng, self.keep_last, trained)

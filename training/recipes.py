@@ -77,6 +77,9 @@ class TrainSection(_Section):
     weight_decay: float = 0.01
     warmup_steps: int = Field(20, ge=0)
     grad_clip: float = 1.0
+    # save (and evaluate, and let the DAgger rounds drive) an exponential moving average of the weights with
+    # this decay per step (training.averaging); None: the weights of the last step
+    ema_decay: float | None = Field(None, gt=0, lt=1)
     text_weight: float = Field(1.0, ge=0)
     flow_weight: float = Field(1.0, ge=0)
     flow_samples: int = Field(1, ge=1)  # (time, noise) draws per sample for the flow loss, from one VLM pass
@@ -445,6 +448,12 @@ class WorldModelRecipe(_OnData):
     algorithm: Literal["world_model"]
     train: TrainSection = Field(default_factory=TrainSection)
     world: WorldSection = Field(default_factory=WorldSection)
+
+    @model_validator(mode="after")
+    def _saves_its_last_step(self) -> WorldModelRecipe:
+        if self.train.ema_decay is not None:
+            raise ValueError("train.ema_decay: the world model saves its last step (SFT averages); leave it unset")
+        return self
 
 
 class DDRLRecipe(WorldModelRecipe):

@@ -6,10 +6,11 @@ head). ``parts`` limits what moves: ``parts = "vlm"`` with ``flow_weight = 0`` i
 Cookbook's text-only post-training (the action expert stays bit-identical). ``two_stage`` follows
 Alpamayo's public recipe: stage 1 trains the VLM on the text, stage 2 the action expert with the VLM
 frozen. ``[dagger]`` rounds follow the steps on the expert's data: the policy drives, the expert labels
-the states it reaches, and training goes on with both (:mod:`training.dagger`). Everything that
-decides the next step - weights, AdamW moments, the data order and position (the DAgger rounds' too),
-the RNG of the flow noise - is in the checkpoint, so a resumed run continues exactly where an
-uninterrupted one would be.
+the states it reaches, and training goes on with both (:mod:`training.dagger`). With ``ema_decay``
+the policy saved, evaluated and driven in those rounds is the average of the steps' weights
+(:mod:`training.averaging`). Everything that decides the next step - weights (and their average), AdamW
+moments, the data order and position (the DAgger rounds' too), the RNG of the flow noise - is in the
+checkpoint, so a resumed run continues exactly where an uninterrupted one would be.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from agents.vla import VLA, action_space
 from agents.vla.config import VLAConfig
 from agents.vla.model import state_features
 from training import dagger
-from training.checkpoints import Checkpointer, latest_checkpoint, restore_trainer
+from training.averaging import WeightAverage
+from training.checkpoints import Checkpointer, latest_checkpoint, load_trained_weights, restore_trainer
 from training.data import DatasetError, DrivingDataset
 from training.data.labels import MANOEUVRES, manoeuvre_under_way
 from training.loop import learning_rate, prepare_run
@@ -184,12 +186,17 @@ def train_sft(
         model.config.manoeuvre_origins = manoeuvre_origins(dataset, model.config)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device).train()
+    # with ema_decay, the policy saved, evaluated and driven in the DAgger rounds (a checkpoint's model is it)
+    average = WeightAverage(model, cfg.ema_decay) if cfg.ema_decay is not None else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     noise = torch.Generator(device=device).manual_seed(recipe.seed)
     batches = dagger.MixedBatches(dataset, recipe)
     step = 0
     if ckpt is not None:
         state = restore_trainer(ckpt, optimizer, {"noise": noise})
+        if average is not None:  # the weights it trains are beside the average
+            average.updates = state.get("ema_updates", 0)
+            model.load_state_dict(load_trained_weights(ckpt))
         batches.restore(state, run_dir)
         step = state["step"]
     logger = MetricsLogger(run_dir, resume_step=step)
@@ -199,7 +206,11 @@ def train_sft(
 
     def checkpoint(at: int) -> Path:
         state = {**batches.state(), "samples": len(batches)}
-        return saver.save(at, model, optimizer, state, {"noise": noise.get_state()})
+        rng = {"noise": noise.get_state()}
+        if average is None:
+            return saver.save(at, model, optimizer, state, rng)
+        state["ema_updates"] = average.updates
+        return saver.save(at, average.policy, optimizer, state, rng, trained=model.state_dict())
 
     last: dict[str, Any] = {}
     total = dagger.total_steps(recipe)
@@ -249,6 +260,8 @@ def train_sft(
         grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if average is not None:
+            average.update(model)
         step += 1
         bar.update(1)
         bar.set_postfix(text=f"{sums['text']:.3f}", flow=f"{sums['flow']:.3f}", refresh=False)

@@ -36,6 +36,11 @@ def test_recipe_validation_and_overrides(tmp_path):
         load_recipe(None, ["model.image_size=[56, 112]", "data.image_size=[28, 56]"])
     assert load_recipe(None, ["model.image_size=[28, 56]"]).data.image_size == (28, 56)  # stored as the VLA reads
     assert load_recipe(None, ["seed=7"]).model.seed == 7
+    assert load_recipe(None, ["train.ema_decay=0.995"]).train.ema_decay == 0.995
+    with pytest.raises(RecipeError, match=r"train\.ema_decay"):
+        load_recipe(None, ["train.ema_decay=1.0"])
+    with pytest.raises(RecipeError, match=r"ema_decay: the world model saves its last step"):
+        load_recipe(None, ['algorithm="world_model"', "train.ema_decay=0.99"])
 
 
 def test_every_shipped_recipe_validates():

@@ -38,6 +38,47 @@ def test_sft_resume_gives_the_same_result(dataset, tmp_path, capsys):
     assert sorted(p.name for p in (straight / "checkpoints").glob("step_*")) == ["step_0000004", "step_0000006"]
 
 
+def test_with_ema_decay_a_run_saves_the_average_of_its_steps_and_resumes_it_exactly(dataset, tmp_path):
+    """``ema_decay``: every checkpoint's model is the warmed exponential average of the weights after each
+    step (computed here by hand from a run without it, whose steps are the same bit for bit), the weights
+    trained are beside it, and a killed run resumes both exactly."""
+    decay = 0.3  # the warm-up (1 + n) / (10 + n) passes it after 3 updates: both branches are used
+    recipe = sft_recipe(tmp_path, dataset)
+    every_step = ["--set", "checkpoint.every=1", "--set", "checkpoint.keep_last=10"]
+    plain, straight, broken = tmp_path / "plain", tmp_path / "straight", tmp_path / "broken"
+    averaged = [*every_step, "--set", f"train.ema_decay={decay}"]
+    assert run_main(["--config", str(recipe), "--run-dir", str(plain), *every_step]) == 0
+    assert run_main(["--config", str(recipe), "--run-dir", str(straight), *averaged]) == 0
+    assert (
+        run_main(["--config", str(recipe), "--run-dir", str(broken), *averaged, "--set", "train.max_steps_this_run=3"])
+        == 0
+    )
+    assert run_main(["--resume", str(broken)]) == 0
+
+    steps = [weights_of(plain / "checkpoints" / f"step_{k:07d}") for k in range(1, 7)]
+    expected = dict(steps[0])
+    for n, weights in enumerate(steps[1:], start=1):
+        d = min(decay, (1 + n) / (10 + n))  # after n updates
+        expected = {k: d * expected[k] + (1 - d) * weights[k] for k in expected}
+    final = weights_of(straight / "checkpoints" / "final")
+    assert final.keys() == expected.keys()
+    for k in final:
+        torch.testing.assert_close(final[k], expected[k], msg=k)
+    assert any(not torch.equal(final[k], steps[-1][k]) for k in final)  # the average, not the last step
+    trained = ckpt_mod.load_trained_weights(straight / "checkpoints" / "step_0000006")
+    assert (
+        json.loads((straight / "checkpoints" / "step_0000006" / "trainer_state.json").read_text())["ema_updates"] == 6
+    )
+    expert = {k: v for k, v in trained.items() if k.startswith("expert.")}
+    assert expert and all(torch.equal(v, steps[-1][k[len("expert.") :]]) for k, v in expert.items())
+    resumed = weights_of(broken / "checkpoints" / "final")
+    for k in final:
+        torch.testing.assert_close(resumed[k], final[k], rtol=0, atol=0, msg=k)
+    assert metrics_of(broken) == metrics_of(straight) == metrics_of(plain)
+    with pytest.raises(ckpt_mod.CheckpointError, match="no trained"):
+        ckpt_mod.load_trained_weights(plain / "checkpoints" / "final")
+
+
 def test_a_failed_save_never_breaks_the_latest_checkpoint(dataset, tmp_path, monkeypatch):
     recipe = sft_recipe(tmp_path, dataset)
     run = tmp_path / "run"
