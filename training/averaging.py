@@ -35,7 +35,6 @@ class WeightAverage:
     after every optimizer step, ``policy`` is the averaged model to save and evaluate."""
 
     def __init__(self, model: nn.Module, decay: float) -> None:
-        self.decay = decay
         self._averaged = AveragedModel(model, multi_avg_fn=_warmed_ema(decay))
 
     @property
