@@ -17,8 +17,9 @@ the arrays describes the rig, the counts and the label statistics.
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -143,11 +144,12 @@ class _Writer:
 
 
 def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None) -> dict[str, Any]:
-    """Record (or finish recording) the dataset at ``out``; returns the dataset card."""
-    import envs  # noqa: F401
-    from agents import load_agent, trained_observation
-    from envs import LoopDriveEnv
-    from rewards.scene import scene_facts
+    """Record (or finish recording) the dataset at ``out``; returns the dataset card.
+
+    The episodes are driven in-process or, with ``cfg.workers``, on that many Ray actors; either way
+    they are written in order, each with the agent on ``cfg.agent_threads`` torch threads, so the data
+    is the same for any worker count (and a collection resumed with another count continues it)."""
+    from agents import trained_observation
 
     trained = trained_observation(cfg.agent)  # a VLA that drives sees what it learnt from
     if trained is not None and (why := trained.other_frames(cfg.n_frames, cfg.agent, cfg.frame_every)):
@@ -169,45 +171,120 @@ def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None)
             group[name].resize((n_complete, *group[name].shape[1:]))
     group.attrs["written"] = n_complete
     done = set(group.attrs.get("episodes_complete", []))
-    episodes = _episodes(cfg)
-    todo = [(i, e) for i, e in enumerate(episodes) if _key(e) not in done]
+    todo = [(i, e) for i, e in enumerate(_episodes(cfg)) if _key(e) not in done]
 
-    env = LoopDriveEnv(
-        bank=cfg.bank,
-        split=cfg.split,
-        rig=cfg.rig,
-        camera_size=tuple(cfg.camera_size),
-        n_frames=cfg.n_frames,
-        frame_every=cfg.frame_every,
-        decision_every=cfg.decision_every,
-        observations=("cameras", "ego_history", "ego_state", "route", "command"),
-    )
-    agent = load_agent(cfg.agent)
-    labeller = None
-    if cfg.target == "expert":
-        from training.data.dagger import ExpertLabeller
-
-        labeller = ExpertLabeller(cfg.bank, cfg.split, cfg.decision_every)
-    teacher = make_teacher(cfg.teacher)
-    critic = ConsistencyFilter(cfg.filter_threshold).critic
     writer = _Writer(group, cfg.chunk)
-    bar = tqdm(todo, desc=f"collect {cfg.agent}", unit="ep", disable=None if progress is None else not progress)
+    recorded = _on_workers(cfg, todo) if cfg.workers and todo else _in_process(cfg, todo)
+    bar = tqdm(
+        total=len(todo), desc=f"collect {cfg.agent}", unit="ep", disable=None if progress is None else not progress
+    )
     with zarr.config.set({"array.write_empty_chunks": True}):  # every chunk on disk, all-zero ones too
-        for index, (sid, seed, perturbed) in bar:
-            filt = ConsistencyFilter(cfg.filter_threshold, critic)  # counts this episode's samples
-            samples, stats = _rollout(
-                env, agent, sid, seed, perturbed, index, cfg, teacher, filt, scene_facts, labeller
-            )
-            writer.add_episode(_key((sid, seed, perturbed)), samples, stats)
+        for (_, episode), (samples, stats) in zip(todo, recorded, strict=True):  # (strict: a worker pool ends)
+            writer.add_episode(_key(episode), samples, stats)
+            bar.update(1)
         writer.flush()
+    bar.close()
     card = dataset_card(out)
     card_path(out).write_text(json.dumps(card, indent=1))
     return card
 
 
+class EpisodeRecorder:
+    """What recording an episode takes (an env, the agent, the DAgger labeller, the teacher and the
+    consistency critic), built once per process: in ``collect``'s own, or in each Ray actor's."""
+
+    def __init__(self, cfg: CollectSettings) -> None:
+        import envs  # noqa: F401
+        from agents import load_agent
+        from envs import LoopDriveEnv
+
+        self.cfg = cfg
+        self.env = LoopDriveEnv(
+            bank=cfg.bank,
+            split=cfg.split,
+            rig=cfg.rig,
+            camera_size=tuple(cfg.camera_size),
+            n_frames=cfg.n_frames,
+            frame_every=cfg.frame_every,
+            decision_every=cfg.decision_every,
+            observations=("cameras", "ego_history", "ego_state", "route", "command"),
+        )
+        self.agent = load_agent(cfg.agent)
+        self.labeller = None
+        if cfg.target == "expert":
+            from training.data.dagger import ExpertLabeller
+
+            self.labeller = ExpertLabeller(cfg.bank, cfg.split, cfg.decision_every)
+        self.teacher = make_teacher(cfg.teacher)
+        self.critic = ConsistencyFilter(cfg.filter_threshold).critic
+
+    def record(self, index: int, episode: tuple[str, int, bool]) -> tuple[list[dict[str, Any]], CollectStats]:
+        """Episode number ``index`` of the collection: its samples and its counts."""
+        from evaluation.episode import torch_threads
+        from rewards.scene import scene_facts
+
+        sid, seed, perturbed = episode
+        filt = ConsistencyFilter(self.cfg.filter_threshold, self.critic)  # counts this episode's samples
+        with torch_threads(self.cfg.agent_threads):
+            return _rollout(
+                self.env,
+                self.agent,
+                sid,
+                seed,
+                perturbed,
+                index,
+                self.cfg,
+                self.teacher,
+                filt,
+                scene_facts,
+                self.labeller,
+            )
+
+
+def _in_process(cfg: CollectSettings, todo: list[tuple[int, tuple[str, int, bool]]]) -> Iterator[Recorded]:
+    if not todo:  # a finished collection builds no env
+        return
+    recorder = EpisodeRecorder(cfg)
+    for index, episode in todo:
+        yield recorder.record(index, episode)
+
+
+def _on_workers(cfg: CollectSettings, todo: list[tuple[int, tuple[str, int, bool]]]) -> Iterator[Recorded]:
+    """The episodes on ``cfg.workers`` Ray actors (one CPU each), yielded in order. A worker that dies
+    stops the collection with the episode named; the episodes before it are kept, and running it again
+    resumes from there. A Ray this started is shut down at the end, so that its idle processes do not
+    share the cores with the training that follows."""
+    import ray
+    from ray.util import ActorPool
+
+    from evaluation.distributed import init_ray
+
+    started = not ray.is_initialized()
+    init_ray(cfg.workers, None)
+    # an actor that can never be scheduled would hold the collection forever: count the CPUs free now
+    cpus = max(1, int(ray.available_resources().get("CPU", 1)))
+    if cfg.workers > cpus:
+        warnings.warn(f"{cfg.workers} workers asked for, Ray has {cpus} free CPU(s): using {cpus}", stacklevel=3)
+    remote = ray.remote(num_cpus=1, max_restarts=0)(EpisodeRecorder)
+    actors = [remote.remote(cfg) for _ in range(min(cfg.workers, cpus, len(todo)))]
+    try:
+        results = ActorPool(actors).map(lambda actor, task: actor.record.remote(*task), todo)
+        for index, episode in todo:
+            try:
+                yield next(results)
+            except ray.exceptions.RayError as e:
+                raise DatasetError(f"collect: episode {index} ({_key(episode)}) failed on a worker: {e}") from e
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+        if started:
+            ray.shutdown()
+
+
 def _settings(cfg: CollectSettings) -> dict[str, Any]:
-    """The settings as the group's attributes store them (JSON: tuples become lists)."""
-    return cfg.model_dump(mode="json")
+    """The settings as the group's attributes store them (JSON: tuples become lists), without the
+    worker count, which changes how fast the data comes, not what it is."""
+    return cfg.model_dump(mode="json", exclude={"workers"})
 
 
 def _key(episode: tuple[str, int, bool]) -> str:
@@ -355,3 +432,6 @@ class CollectStats:
                 "rejected_by_reason": dict(self.rejected),
             },
         }
+
+
+Recorded = tuple[list[dict[str, Any]], CollectStats]  # one episode's samples and its counts

@@ -40,6 +40,12 @@ class CollectSettings(BaseModel):
     perturb_lateral_m: float = Field(1.0, ge=0, description="largest lateral offset of a perturbed start")
     perturb_heading_deg: float = Field(8.0, ge=0, description="largest heading offset of a perturbed start")
     chunk: int = Field(64, ge=1, description="samples per zarr chunk")
+    agent_threads: int = Field(
+        1, ge=1, description="torch threads of the agent, in-process and in every worker: one policy, one dataset"
+    )
+    workers: int = Field(
+        0, ge=0, description="Ray actors that drive the episodes (0: in-process); the data is the same for any count"
+    )
 
     @field_validator("split", mode="before")
     @classmethod

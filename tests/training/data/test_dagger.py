@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from training.data import DrivingDataset, card_path, collect, future_in_ego_fram
 from training.data.dagger import ExpertLabeller
 
 OBSERVED = ("cameras", "ego_history", "ego_state", "route", "command")
+ROOT = Path(__file__).resolve().parents[3]  # the repository, for the Ray workers' imports
 
 
 def drive(env, agent, decisions: int, scenario: str, offset=(0.0, 0.0)):
@@ -97,3 +100,43 @@ def test_dagger_collect_keeps_crashed_episodes_and_labels_every_kth_decision(tmp
 def test_label_every_is_validated():
     with pytest.raises(ValueError, match="label_every"):
         collect_settings(label_every=0)
+
+
+@pytest.mark.slow
+def test_a_dagger_round_on_ray_workers_is_the_same_data_and_resumes_one_started_in_process(tmp_path, monkeypatch):
+    """``workers``: the VLA drives on Ray actors (one torch thread each, as in-process) and the episodes
+    are written in order, so a collection killed in-process and finished on two workers holds the
+    same samples, bit for bit, as one that never left the process."""
+    ray = pytest.importorskip("ray")
+    from agents.vla import VLA, VLAConfig
+    from training.data import record
+
+    VLA(VLAConfig(size="tiny")).save_pretrained(tmp_path / "vla")
+    cfg = collect_settings(agent=f"vla:{tmp_path / 'vla'}?reasoning=0&noise=0", target="expert")  # 3 episodes
+    collect(cfg, tmp_path / "in_process.zarr", progress=False)
+
+    real, calls = record._rollout, {"n": 0}
+
+    def killed_before_the_second(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(record, "_rollout", killed_before_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        collect(cfg, tmp_path / "resumed.zarr", progress=False)
+    monkeypatch.setattr(record, "_rollout", real)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    try:
+        collect(cfg.model_copy(update={"workers": 2}), tmp_path / "resumed.zarr", progress=False)
+        assert not ray.is_initialized()  # the Ray it started is down again: its idle processes would slow training
+    finally:
+        ray.shutdown()
+    a, b = DrivingDataset(tmp_path / "in_process.zarr"), DrivingDataset(tmp_path / "resumed.zarr")
+    assert len(a) == len(b) > 0 and b.card["labels"]["episodes"] == 3
+    for name in a.arrays:
+        np.testing.assert_array_equal(a.arrays[name], b.arrays[name], err_msg=name)
+    assert a.text == b.text
+    assert {**a.card, "path": None} == {**b.card, "path": None}
