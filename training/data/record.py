@@ -179,7 +179,8 @@ def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None)
         total=len(todo), desc=f"collect {cfg.agent}", unit="ep", disable=None if progress is None else not progress
     )
     with zarr.config.set({"array.write_empty_chunks": True}):  # every chunk on disk, all-zero ones too
-        for (_, episode), (samples, stats) in zip(todo, recorded, strict=True):  # (strict: a worker pool ends)
+        # strict: the episodes' generator is run to its end, where a worker pool is taken down
+        for (_, episode), (samples, stats) in zip(todo, recorded, strict=True):
             writer.add_episode(_key(episode), samples, stats)
             bar.update(1)
         writer.flush()
@@ -218,7 +219,7 @@ class EpisodeRecorder:
         self.teacher = make_teacher(cfg.teacher)
         self.critic = ConsistencyFilter(cfg.filter_threshold).critic
 
-    def record(self, index: int, episode: tuple[str, int, bool]) -> tuple[list[dict[str, Any]], CollectStats]:
+    def record(self, index: int, episode: tuple[str, int, bool]) -> Recorded:
         """Episode number ``index`` of the collection: its samples and its counts."""
         from evaluation.episode import torch_threads
         from rewards.scene import scene_facts

@@ -131,7 +131,7 @@ def test_a_dagger_round_on_ray_workers_is_the_same_data_and_resumes_one_started_
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     try:
         collect(cfg.model_copy(update={"workers": 2}), tmp_path / "resumed.zarr", progress=False)
-        assert not ray.is_initialized()  # the Ray it started is down again: its idle processes would slow training
+        assert not ray.is_initialized()  # the Ray it started is down again, out of the way of the training after it
     finally:
         ray.shutdown()
     a, b = DrivingDataset(tmp_path / "in_process.zarr"), DrivingDataset(tmp_path / "resumed.zarr")
