@@ -52,6 +52,18 @@ def init_ray(cpus: int, address: str | None) -> None:
         ray.init(num_cpus=max(cpus, 1), include_dashboard=False, log_to_driver=False)
 
 
+def schedulable_workers(asked: int) -> int:
+    """How many one-CPU actors the Ray cluster can run now, at most ``asked`` (with a warning when fewer):
+    an actor that can never be scheduled would hold its work forever, and a trainer's env runners may
+    hold some of the cluster's CPUs."""
+    import ray
+
+    cpus = max(1, int(ray.available_resources().get("CPU", 1)))
+    if asked > cpus:
+        warnings.warn(f"{asked} workers asked for, the Ray cluster has {cpus} free CPU(s): using {cpus}", stacklevel=3)
+    return min(asked, cpus)
+
+
 def run_on_ray(
     todo: list[Task], config: EvalConfig, out: Path, agent_factory: Callable[[], Any] | None = None
 ) -> Iterator[dict[str, Any]]:
@@ -69,14 +81,7 @@ def run_on_ray(
 
     budget = config.episode_timeout_s + 30.0
     queue = deque((t, 0) for t in todo)
-    # an actor that can never be scheduled would hold its episode forever: count the CPUs free now
-    # (a trainer's env runners may hold some of the cluster's)
-    cpus = max(1, int(ray.available_resources().get("CPU", 1)))
-    if config.workers > cpus:
-        warnings.warn(
-            f"{config.workers} workers asked for, the Ray cluster has {cpus} free CPU(s): using {cpus}", stacklevel=2
-        )
-    idle = [spawn() for _ in range(min(config.workers, cpus, len(todo)))]
+    idle = [spawn() for _ in range(min(schedulable_workers(config.workers), len(todo)))]
     fresh = set(map(id, idle))
     pending: dict[Any, tuple[Any, Task, float, int]] = {}
     try:

@@ -79,6 +79,7 @@ def save_checkpoint(
     model.save_pretrained(tmp)
     tensors, meta = _optimizer_tensors(optimizer) if optimizer is not None else ({}, {})
     tensors |= {f"rng/{k}": v.contiguous() for k, v in rng.items()}
+    # cloned: tied weights (the embedding and the LM head) share memory, which safetensors refuses
     tensors |= {f"trained/{k}": v.detach().cpu().clone().contiguous() for k, v in (trained or {}).items()}
     save_file(tensors, tmp / "trainer.safetensors")
     (tmp / "trainer_state.json").write_text(json.dumps(trainer_state | {"step": step, "optimizer": meta}, indent=1))

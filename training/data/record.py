@@ -17,7 +17,6 @@ the arrays describes the rig, the counts and the label statistics.
 from __future__ import annotations
 
 import json
-import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
@@ -258,16 +257,12 @@ def _on_workers(cfg: CollectSettings, todo: list[tuple[int, tuple[str, int, bool
     import ray
     from ray.util import ActorPool
 
-    from evaluation.distributed import init_ray
+    from evaluation.distributed import init_ray, schedulable_workers
 
     started = not ray.is_initialized()
     init_ray(cfg.workers, None)
-    # an actor that can never be scheduled would hold the collection forever: count the CPUs free now
-    cpus = max(1, int(ray.available_resources().get("CPU", 1)))
-    if cfg.workers > cpus:
-        warnings.warn(f"{cfg.workers} workers asked for, Ray has {cpus} free CPU(s): using {cpus}", stacklevel=3)
     remote = ray.remote(num_cpus=1, max_restarts=0)(EpisodeRecorder)
-    actors = [remote.remote(cfg) for _ in range(min(cfg.workers, cpus, len(todo)))]
+    actors = [remote.remote(cfg) for _ in range(min(schedulable_workers(cfg.workers), len(todo)))]
     try:
         results = ActorPool(actors).map(lambda actor, task: actor.record.remote(*task), todo)
         for index, episode in todo:
