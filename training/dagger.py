@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.vla.action_space import LateralAction
 from rewards.terms import ade
 from training.checkpoints import checkpoint_dir, publish_final
 from training.data import DatasetError, DrivingDataset, SampleBatch, collect
@@ -90,10 +91,11 @@ def collect_round(
 class MixedBatches:
     """Training batches: the expert's data alone, and after the first DAgger round a fixed share of
     each batch from it and the rest from the rounds' data (one seeded order over all of it, renewed
-    when a round adds data)."""
+    when a round adds data). With a ``lateral`` action, batches carry their targets' actions in it
+    (:meth:`DrivingDataset.target_actions`)."""
 
-    def __init__(self, expert: DrivingDataset, recipe: SFTRecipe) -> None:
-        self.expert, self.recipe = expert, recipe
+    def __init__(self, expert: DrivingDataset, recipe: SFTRecipe, lateral: LateralAction | None = None) -> None:
+        self.expert, self.recipe, self.lateral = expert, recipe, lateral
         self.sampler = self._expert_sampler()
         self.rounds: list[DrivingDataset] = []
         self.on_policy: EpochSampler | None = None
@@ -121,12 +123,12 @@ class MixedBatches:
 
     def next(self, batch_size: int) -> SampleBatch:
         if self.on_policy is None:
-            return self.expert.batch(self.sampler.next(batch_size))
+            return self.expert.batch(self.sampler.next(batch_size), self.lateral)
         n_expert = int(round(self.recipe.dagger.expert_fraction * batch_size))
-        parts = [self.expert.batch(self.sampler.next(n_expert))] if n_expert else []
+        parts = [self.expert.batch(self.sampler.next(n_expert), self.lateral)] if n_expert else []
         for i in self.on_policy.next(batch_size - n_expert):
             r = int(np.searchsorted(self._offsets, i, side="right") - 1)
-            parts.append(self.rounds[r].batch([i - self._offsets[r]]))
+            parts.append(self.rounds[r].batch([i - self._offsets[r]], self.lateral))
         return SampleBatch.concatenate(parts)
 
     def __len__(self) -> int:

@@ -59,9 +59,7 @@ def target_actions(
 ) -> tuple[np.ndarray, torch.Tensor]:
     """The targets ``[N, 64, 3]`` at ``idx`` and their (accel, lateral) actions ``[N, 64, 2]``, as the flow
     head learns them."""
-    targets = dataset.arrays["target"][idx]
-    speed = action_space.initial_speed(torch.from_numpy(dataset.arrays["ego_history"][idx]))
-    return targets, action_space.from_trajectory(torch.from_numpy(targets), speed, lateral=lateral)
+    return dataset.arrays["target"][idx], torch.from_numpy(dataset.target_actions(lateral)[idx])
 
 
 def action_statistics(
@@ -190,7 +188,8 @@ def train_sft(
     average = WeightAverage(model, cfg.ema_decay) if cfg.ema_decay is not None else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     noise = torch.Generator(device=device).manual_seed(recipe.seed)
-    batches = dagger.MixedBatches(dataset, recipe)
+    # a VLA's batches come with their targets' actions, fitted once per dataset (Alpamayo-R1 fits its own)
+    batches = dagger.MixedBatches(dataset, recipe, model.config.lateral_action if isinstance(model, VLA) else None)
     step = 0
     if ckpt is not None:
         state = restore_trainer(ckpt, optimizer, {"noise": noise})
@@ -241,6 +240,8 @@ def train_sft(
             batch = batches.next(cfg.batch_size)
             if "perception" in weights:  # only a VLA with a probe takes them (an Alpamayo-R1 was refused above)
                 options["perception"] = torch.from_numpy(batch.perception)
+            if batch.actions is not None:
+                options["actions"] = torch.from_numpy(batch.actions)
             if give_manoeuvres:
                 options["manoeuvres"] = torch.from_numpy(batch.manoeuvres_under_way(model.config.manoeuvre_by_s))
             with autocast:

@@ -735,6 +735,7 @@ class VLA(nn.Module, TrainableParts):
         motion_dropout: float = 0.0,
         perception: torch.Tensor | None = None,
         manoeuvres: torch.Tensor | None = None,
+        actions: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing).
 
@@ -753,7 +754,9 @@ class VLA(nn.Module, TrainableParts):
         targets the perception probe regresses from the image tokens (mean squared error, as "perception").
         ``manoeuvres`` ``[B]``: the data's manoeuvre classes, which the manoeuvre head learns to choose
         (cross-entropy, as "manoeuvre") and, with ``manoeuvre_in_state`` or ``manoeuvre_origin``, the plan is given
-        (teacher forcing)."""
+        (teacher forcing). ``actions`` ``[B, 64, 2]``: the trajectories as (accel, lateral) actions when the
+        caller has fitted them already (:meth:`training.data.DrivingDataset.target_actions`); fitted here
+        otherwise."""
         batch = self.prepare(observations, reasoning)
         if perception is not None and self.perception_probe is None:
             raise ValueError("perception targets given, but this VLA has no perception probe (add_perception_probe)")
@@ -771,7 +774,8 @@ class VLA(nn.Module, TrainableParts):
         text = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
         ctx = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         c = self.config
-        actions = action_space.from_trajectory(trajectories.float(), batch["v0"].float(), lateral=c.lateral_action)
+        if actions is None:
+            actions = action_space.from_trajectory(trajectories.float(), batch["v0"].float(), lateral=c.lateral_action)
         target = action_space.normalise(actions, c.action_mean, c.action_std, c.lateral_action)
         mask, state, start = batch["attention_mask"], self.planning_state(batch), batch["reasoning_start"]
         origin = self.flow_origin(batch)

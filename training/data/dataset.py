@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 import zarr
 
+from agents.vla import action_space
 from training.data.labels import manoeuvre_class, manoeuvre_under_way
 
 FORMAT = "loopdrive-driving-data/2"  # 2: the target's yaw is the direction of motion
@@ -48,17 +50,19 @@ class SampleBatch(NamedTuple):
     targets: np.ndarray  # [B, 64, 3]: the future the car drove (or the expert's, for DAgger data)
     perception: np.ndarray | None  # [B, len(PERCEPTION_TARGETS)]; None for data recorded without it
     manoeuvres: np.ndarray  # [B] int64: each target's index in training.data.labels.MANOEUVRES
+    actions: np.ndarray | None = None  # [B, 64, 2]: the targets as a VLA's flow head learns them, when asked for
 
     @staticmethod
     def concatenate(batches: Sequence[SampleBatch]) -> SampleBatch:
         """One batch of several (their perception only if every one has it)."""
-        perception = [b.perception for b in batches]
+        perception, actions = [b.perception for b in batches], [b.actions for b in batches]
         return SampleBatch(
             [o for b in batches for o in b.observations],
             [r for b in batches for r in b.reasoning],
             np.concatenate([b.targets for b in batches]),
             None if any(p is None for p in perception) else np.concatenate(perception),
             np.concatenate([b.manoeuvres for b in batches]),
+            None if any(a is None for a in actions) else np.concatenate(actions),
         )
 
     def manoeuvres_under_way(self, by_s: float | None) -> np.ndarray:
@@ -145,12 +149,29 @@ class DrivingDataset:
             self.card = dataset_card(path)
         except (KeyError, TypeError) as e:
             raise DatasetError(f"{path / 'zarr.json'}: the dataset's attributes lack {e}") from None
+        self._actions: dict[str, np.ndarray] = {}  # target_actions' fits, by lateral action
 
     def __len__(self) -> int:
         return self.n
 
-    def batch(self, idx: Sequence[int]) -> SampleBatch:
-        """The samples ``idx``."""
+    def target_actions(self, lateral: action_space.LateralAction, chunk: int = 512) -> np.ndarray:
+        """Every sample's target as a VLA's flow head learns it: (accel, ``lateral``) actions ``[N, 64, 2]``.
+
+        Fitted once per dataset (:func:`agents.vla.action_space.from_trajectory`, ``chunk`` samples at a
+        time): the fit is a least-squares solve and up to 100 gradient steps per sample, and refitting
+        each training batch's took a fifth of an SFT step."""
+        if lateral not in self._actions:
+            targets = torch.from_numpy(self.arrays["target"])
+            speeds = action_space.initial_speed(torch.from_numpy(self.arrays["ego_history"]))
+            fits = [
+                action_space.from_trajectory(targets[i : i + chunk], speeds[i : i + chunk], lateral=lateral)
+                for i in range(0, self.n, chunk)
+            ]
+            self._actions[lateral] = torch.cat(fits).numpy()
+        return self._actions[lateral]
+
+    def batch(self, idx: Sequence[int], lateral: action_space.LateralAction | None = None) -> SampleBatch:
+        """The samples ``idx`` (with their target actions for that ``lateral`` action, if one is given)."""
         idx = np.asarray(idx, int)
         obs = [
             {
@@ -164,7 +185,8 @@ class DrivingDataset:
         ]
         perception = self.arrays["perception"][idx] if "perception" in self.arrays else None
         reasoning = [self.text["reasoning"][i] for i in idx]
-        return SampleBatch(obs, reasoning, self.arrays["target"][idx], perception, self.manoeuvres[idx])
+        actions = None if lateral is None else self.target_actions(lateral)[idx]
+        return SampleBatch(obs, reasoning, self.arrays["target"][idx], perception, self.manoeuvres[idx], actions)
 
 
 def _manoeuvres(meta_actions: Sequence[str], path: Path) -> np.ndarray:

@@ -36,11 +36,12 @@ class Demonstrations:
         """The SFT loss of ``policy`` on the batch of learner step ``step`` (the same batch for the same step)."""
         rng = seeded_rng("demonstrations", self.seed, step)
         idx = np.sort(rng.choice(len(self.data), size=min(self.batch, len(self.data)), replace=False))
-        batch = self.data.batch(idx)
+        vla = isinstance(policy, VLA)
+        batch = self.data.batch(idx, policy.config.lateral_action if vla else None)  # actions fitted once
         gen = torch.Generator(device=policy.device).manual_seed(int(rng.integers(2**31)))
         targets = torch.from_numpy(batch.targets).to(policy.device)
-        options = {}
-        if isinstance(policy, VLA) and policy.plans_a_manoeuvre:  # given the data's manoeuvre, as in SFT
+        options = {} if batch.actions is None else {"actions": torch.from_numpy(batch.actions)}
+        if vla and policy.plans_a_manoeuvre:  # given the data's manoeuvre, as in SFT
             options["manoeuvres"] = torch.from_numpy(batch.manoeuvres_under_way(policy.config.manoeuvre_by_s))
         losses = policy.losses(batch.observations, batch.reasoning, targets, generator=gen, **options)
         return losses["flow"] + (losses["text"] if self.with_text else 0.0)

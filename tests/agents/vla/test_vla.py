@@ -189,6 +189,19 @@ def test_several_flow_samples_equal_the_batch_repeated(model, observations):
     assert torch.allclose(k["flow"], one["flow"], atol=1e-5) and torch.allclose(k["text"], one["text"], atol=1e-5)
 
 
+def test_actions_given_to_the_flow_loss_stand_in_for_fitting_the_trajectories(model, observations):
+    reasoning = ["Keep lane.", "Stop."]
+    target = torch.from_numpy(np.stack([np.cumsum(np.full((64, 3), [0.5, 0.0, 0.0], np.float32), 0)] * 2))
+    v0 = model.prepare(observations)["v0"]
+    fitted = action_space.from_trajectory(target, v0, lateral=model.config.lateral_action)
+    with torch.no_grad():
+        own = model.losses(observations, reasoning, target, torch.Generator().manual_seed(3))
+        given = model.losses(observations, reasoning, target, torch.Generator().manual_seed(3), actions=fitted)
+        other = model.losses(observations, reasoning, target, torch.Generator().manual_seed(3), actions=fitted * 0.5)
+    assert torch.equal(own["flow"], given["flow"]) and torch.equal(own["text"], given["text"])
+    assert not torch.allclose(own["flow"], other["flow"])  # the actions given are what the head learns
+
+
 def test_prompt_only_flow_draws_see_exactly_the_cache_of_a_plan_without_reasoning(model, observations):
     """Masking the reasoning's positions of the teacher-forced cache is the prompt's own cache (the
     context of a plan without reasoning); with no prompt-only share the loss is the full-context one."""

@@ -7,7 +7,9 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
+from agents.vla import action_space
 from rewards.transition import EgoState
 from tests.training.helpers import SCENARIOS, collect_settings
 from training.data import DatasetError, DrivingDataset, card_path, collect, future_in_ego_frame
@@ -28,12 +30,13 @@ def test_dataset_round_trip_and_card(dataset):
     assert card["rig"] == "alpamayo4" and card["image_size"] == [56, 112]
     assert sum(card["labels"]["meta_actions"].values()) >= len(ds)
     assert card["labels"]["filter"]["kept"] == len(ds)
-    obs, reasoning, target, perception, manoeuvres = ds.batch([0, len(ds) - 1])
+    obs, reasoning, target, perception, manoeuvres, actions = ds.batch([0, len(ds) - 1])
     assert obs[0]["cameras"].shape == (4, 1, 56, 112, 3) and obs[0]["cameras"].dtype == np.uint8
     assert target.shape == (2, 64, 3) and np.isfinite(target).all()
     assert all(r.endswith(".") for r in reasoning)
     assert perception.shape == (2, len(PERCEPTION_TARGETS)) and ((perception >= -1) & (perception <= 1)).all()
     assert manoeuvres.dtype == np.int64 and manoeuvres.tolist() == ds.manoeuvres[[0, len(ds) - 1]].tolist()
+    assert actions is None  # the flow head's target actions come only when asked for (a lateral action)
     assert ds.arrays["perturbed"].any() and not ds.arrays["perturbed"].all()
     # the target is the driven future: at speed, it starts ahead of the car
     moving = ds.arrays["speed0"] > 3
@@ -41,6 +44,24 @@ def test_dataset_round_trip_and_card(dataset):
     # collecting again into the same path finds nothing to do
     again = collect(collect_settings(), dataset, progress=False)
     assert again["samples"] == len(ds)
+
+
+def test_target_actions_are_fitted_once_and_are_what_each_batch_would_fit(dataset):
+    """The flow head's targets, fitted over the whole dataset in chunks, equal a batch's own fit (to float
+    rounding: the solve is the same per sample), and come with a batch only when asked for."""
+    ds = DrivingDataset(dataset)
+    fitted = ds.target_actions("lateral_acceleration", chunk=7)  # several chunks and a short last one
+    assert fitted.shape == (len(ds), 64, 2) and fitted.dtype == np.float32
+    idx = [len(ds) - 1, 0, 9]
+    batch = ds.batch(idx, "lateral_acceleration")
+    speed = action_space.initial_speed(torch.from_numpy(ds.arrays["ego_history"][idx]))
+    own = action_space.from_trajectory(torch.from_numpy(batch.targets), speed, lateral="lateral_acceleration")
+    np.testing.assert_allclose(batch.actions, own.numpy(), rtol=0, atol=1e-6)
+    assert ds.target_actions("lateral_acceleration") is fitted  # not fitted again
+    curvature = ds.batch(idx, "curvature").actions
+    assert np.array_equal(curvature[..., 0], batch.actions[..., 0])  # the same acceleration, another lateral
+    assert not np.allclose(curvature[..., 1], batch.actions[..., 1])
+    assert ds.batch(idx).actions is None
 
 
 def _collect_killed(path, monkeypatch, at_episode: int) -> None:
