@@ -54,7 +54,7 @@ class SampleBatch(NamedTuple):
 
     @staticmethod
     def concatenate(batches: Sequence[SampleBatch]) -> SampleBatch:
-        """One batch of several (their perception only if every one has it)."""
+        """One batch of several (their perception, and their target actions, only if every one has them)."""
         perception, actions = [b.perception for b in batches], [b.actions for b in batches]
         return SampleBatch(
             [o for b in batches for o in b.observations],
