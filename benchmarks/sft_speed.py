@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import os
-import subprocess
 import tempfile
 import time
 
@@ -36,6 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from agents.policy import load_policy
 from agents.vla import action_space
 from benchmarks.machine import emit, machine_info
+from evaluation.summary import git_revision
 from training.dagger import MixedBatches
 from training.data import DrivingDataset
 from training.metrics_log import read_metrics
@@ -147,13 +147,11 @@ def main() -> None:
         timed_train(args.config, 2, Path(tmp) / "warm-up")
         wall, steps_per_s = timed_train(args.config, args.steps, Path(tmp) / "timed")
         paired = paired_steps(args.config, Path(tmp) / "timed" / "checkpoints" / "final", args.blocks)
-    repo = Path(__file__).resolve().parents[1]
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True).stdout
     emit(
         {
             "benchmark": "sft_speed",
             "config": args.config,
-            "git": rev.strip() or None,
+            "git": git_revision(),
             "batch_size": recipe.train.batch_size,
             "threads": recipe.train.threads,
             "steps_timed": args.steps,
