@@ -9,6 +9,8 @@
   experiment, at its input size (56x112), beside the same frames at the rendered size;
 - ``images/signal_views.png``: the light ahead of a ``core_large`` junction in the front-wide and tele
   cameras, rendered and at the tiny VLA's input size (the RL experiments page: what its plan cannot see);
+- ``images/brake_light_views.png``: the car ahead in a ``lead_brake`` scenario before and while it brakes,
+  the same way (its tail lamps light up);
 - ``images/rl_critic.png``: PPO's critic and returns over iterations without and with its own fitting
   epochs and warm-up (the RL experiments page), from two runs' ``metrics.jsonl`` (skipped where
   those runs are not on this machine);
@@ -25,7 +27,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -94,19 +101,11 @@ def rig_views(scenario: str = "curve-000", decisions: int = 6, name: str = "rig_
     return path
 
 
-def signal_views(
-    scenario: str = "signalized_intersection-052",
-    distances: tuple[float, ...] = (45.0, 25.0),
-    name: str = "signal_views.png",
-) -> Path:
-    """The light ahead as the expert approaches a junction (``core_large`` val), in the front-wide and tele
-    cameras, rendered (128x256) and as the tiny VLA gets them (56x112): a few pixels of colour."""
-    import cv2
-    import numpy as np
-
+def front_views(scenario: str) -> Iterator[tuple[Any, np.ndarray]]:
+    """The expert driving a ``core_large`` val scenario: at each decision its world and the front-wide and
+    tele cameras ``[2, H, W, 3]``, until the episode ends."""
     from agents import load_agent
     from envs import LoopDriveEnv
-    from rewards.scene import scene_facts
 
     env = LoopDriveEnv(bank="core_large", split="val", scenario=scenario, n_frames=1, observations=("cameras",))
     obs, _ = env.reset(seed=0)
@@ -114,20 +113,62 @@ def signal_views(
     expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
     names = [c.name for c in env.rig]
     wanted = [names.index("front_wide_120fov"), names.index("front_tele_30fov")]
-    rows, todo = [], list(distances)
-    while todo:
-        signal = scene_facts(env.world).signal_ahead
-        if signal is not None and signal["distance"] <= todo[0]:
-            todo.pop(0)
-            text = f"{signal['state']} light {signal['distance']:.0f} m ahead: rendered | as the model sees it, 56x112"
-            rows.append(rendered_and_seen(obs["cameras"][wanted, -1], text))
+    while True:
+        yield env.world, obs["cameras"][wanted, -1]
         obs, _, terminated, truncated, _ = env.step(expert.act(obs).trajectory)
         if terminated or truncated:
-            break
+            return
+
+
+def save_rows(rows: list[np.ndarray], name: str) -> Path:
+    """Labelled rows (``rendered_and_seen``) one under the other, as ``images/name``."""
+    import cv2
+    import numpy as np
+
     page = np.vstack([np.pad(r, ((0, 8), (0, 0), (0, 0)), constant_values=255) for r in rows])
     path = IMAGES / name
     cv2.imwrite(str(path), cv2.cvtColor(page, cv2.COLOR_RGB2BGR))
     return path
+
+
+def signal_views(
+    scenario: str = "signalized_intersection-052",
+    distances: tuple[float, ...] = (45.0, 25.0),
+    name: str = "signal_views.png",
+) -> Path:
+    """The light ahead as the expert approaches a junction (``core_large`` val), in the front-wide and tele
+    cameras, rendered (128x256) and as the tiny VLA gets them (56x112): a few pixels of colour."""
+    from rewards.scene import scene_facts
+
+    rows, todo = [], list(distances)
+    for world, cams in front_views(scenario):
+        signal = scene_facts(world).signal_ahead
+        if signal is not None and signal["distance"] <= todo[0]:
+            todo.pop(0)
+            text = f"{signal['state']} light {signal['distance']:.0f} m ahead: rendered | as the model sees it, 56x112"
+            rows.append(rendered_and_seen(cams, text))
+            if not todo:
+                break
+    return save_rows(rows, name)
+
+
+def brake_light_views(scenario: str = "lead_brake-040", name: str = "brake_light_views.png") -> Path:
+    """The car ahead before and while it brakes (``core_large`` val), in the front-wide and tele cameras,
+    rendered (128x256) and as the tiny VLA gets them (56x112): its tail lamps light up."""
+    from rewards.scene import scene_facts
+
+    rows, shown = [], set()
+    for world, cams in front_views(scenario):
+        braking = bool(world.brake_lights()[world.compiled.actors.index("lead")])
+        if braking not in shown:
+            shown.add(braking)
+            gap = scene_facts(world).lead_vehicle["gap"]
+            what = "braking" if braking else "cruising"
+            text = f"the car ahead {what}, {gap:.0f} m: rendered | as the model sees it, 56x112"
+            rows.append(rendered_and_seen(cams, text))
+            if len(shown) == 2:
+                break
+    return save_rows(rows, name)
 
 
 def town_map(town: str, scenario: str, name: str) -> Path:
@@ -270,6 +311,7 @@ if __name__ == "__main__":
     print(cameras_and_bev("traffic_jam-000", 8, "cameras_traffic.png"))
     print(rig_views())
     print(signal_views())
+    print(brake_light_views())
     print(town_map("Town10HD", "Town10HD-000", "town10hd.png"))
     print(cameras_and_bev("Town10HD-000", 12, "town10hd_cameras.png", bank="towns"))
     rl_runs = {

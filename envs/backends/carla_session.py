@@ -158,6 +158,7 @@ class CarlaSession:
             npc = self.world.try_spawn_actor(cars[int(rng.integers(len(cars)))], spawns[int(i)])
             if npc is not None:
                 npc.set_autopilot(True, self.tm_port)
+                self.tm.update_vehicle_lights(npc, True)  # its brake lights show when it brakes, as in our world
                 self.actors.append(npc)
         self._spawn_walkers(setup, rng)
         self.world.tick()

@@ -13,6 +13,7 @@ from numba import njit
 
 # corners: 0-3 bottom (front-left, front-right, rear-right, rear-left), 4-7 the same on top
 FACES = np.array([[0, 1, 5, 4], [1, 2, 6, 5], [2, 3, 7, 6], [3, 0, 4, 7], [4, 5, 6, 7]])  # front right rear left top
+REAR = 2  # the rear face's index in FACES
 SUN = np.array([0.35, 0.25, 0.9]) / np.linalg.norm([0.35, 0.25, 0.9])
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from envs.sensors.boxes import FACES, SUN, project_boxes
+from envs.sensors.boxes import FACES, REAR, SUN, project_boxes
 from envs.sensors.ground import GroundTexture, GroundView
 from envs.sensors.rig import Camera
 from envs.world import GREEN, RED, YELLOW, Kind, World
@@ -52,6 +52,9 @@ STATIC_COLOUR = np.array([240, 140, 0])
 GLASS_COLOUR = np.array([60, 75, 95])
 LIGHT_ON = {RED: (255, 30, 30), YELLOW: (255, 200, 0), GREEN: (40, 255, 90)}
 LIGHT_OFF = (45, 45, 45)
+BRAKE_ON, BRAKE_OFF = (255, 60, 40), (110, 22, 22)  # a car's tail lamps, lit when it brakes (World.brake_lights)
+# where the two tail lamps sit on a car's rear face, as fractions of its width (each edge's) and height
+TAIL_LAMP_WIDTH, TAIL_LAMP_ROWS = 0.22, (0.3, 0.5)
 
 
 # --- map geometry, cut once per map --------------------------------------------------------------------
@@ -255,11 +258,15 @@ class CameraRenderer:
 
     # --- boxes -----------------------------------------------------------------------------------------------------
     @staticmethod
-    def _boxes(world: World, geom: MapGeometry, near: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All boxes to draw: (x, y, z0, yaw, length, width, height) [B, 7], RGB [B, 3], lamp state [B].
+    def _boxes(
+        world: World, geom: MapGeometry, near: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """All boxes to draw: (x, y, z0, yaw, length, width, height) [B, 7], RGB [B, 3], lamp state [B],
+        tail lamps [B].
 
         Actors (with a glass cabin on cars), then the map's props ``near`` the ego (signal poles and
-        heads, stop signs); a signal head carries its light's current state, everything else -1.
+        heads, stop signs); a signal head carries its light's current state, everything else -1. A
+        vehicle's body carries its tail lamps (1 lit: it brakes, 0 unlit), everything else -1.
         """
         st, a = world.state, world.compiled.actors
         idx = np.flatnonzero(st.active)
@@ -292,11 +299,13 @@ class CameraRenderer:
             states = world.signal_states()
             head = prop_signal >= 0
             lamps[len(body) + len(cabin) :][head] = states[prop_signal[head]]
+        tail = np.full(len(lamps), -1, np.int64)
+        tail[: len(body)] = np.where(kind == Kind.VEHICLE, world.brake_lights()[idx].astype(np.int64), -1)
         boxes = np.concatenate([body, cabin, props])
         colours = np.concatenate([colour, np.broadcast_to(GLASS_COLOUR, (len(cabin), 3)), geom.prop_colours[near]])
-        return boxes, colours, lamps
+        return boxes, colours, lamps, tail
 
-    def _draw_boxes(self, img, k, R, cam_world, arr, colours, lamps) -> None:
+    def _draw_boxes(self, img, k, R, cam_world, arr, colours, lamps, tail) -> None:
         if not len(arr):
             return
         cam = self.cameras[k]
@@ -308,6 +317,26 @@ class CameraRenderer:
             cv2.fillConvexPoly(img, pts[q], rgb[q], cv2.LINE_8, 2)
             if face[q] == 0 and lamps[box[q]] >= 0:
                 self._draw_lamps(img, uv[q], int(lamps[box[q]]))
+            elif face[q] == REAR and tail[box[q]] >= 0:
+                self._draw_tail_lamps(img, uv[q], bool(tail[box[q]]))
+
+    @staticmethod
+    def _draw_tail_lamps(img, face_uv: np.ndarray, lit: bool) -> None:
+        """Two tail lamps at the outer edges of a car's rear face, bright red while it brakes.
+
+        ``face_uv``: the rear face's corners in px, bottom (one side, the other) then top (the other
+        side, the first); a lamp is the quad between fractions of the width and of the height."""
+        bottom_a, bottom_b, top_b, top_a = face_uv
+
+        def at(u: float, v: float) -> np.ndarray:
+            low, high = bottom_a + u * (bottom_b - bottom_a), top_a + u * (top_b - top_a)
+            return low + v * (high - low)
+
+        v0, v1 = TAIL_LAMP_ROWS
+        colour = BRAKE_ON if lit else BRAKE_OFF
+        for u0, u1 in ((0.0, TAIL_LAMP_WIDTH), (1.0 - TAIL_LAMP_WIDTH, 1.0)):
+            quad = np.array([at(u0, v0), at(u1, v0), at(u1, v1), at(u0, v1)])
+            cv2.fillConvexPoly(img, np.round(quad * 4).astype(np.int32), colour, cv2.LINE_AA, 2)
 
     @staticmethod
     def _draw_lamps(img, face_uv: np.ndarray, state: int) -> None:

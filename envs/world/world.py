@@ -18,7 +18,7 @@ from envs.episode_rules import MinSpeedBook, RouteBook, StopLine, collision_even
 from envs.world import kernels, traffic
 from envs.world.compile import ONCOMING_BEYOND, SPAWN_SPACING, CompiledScenario, compile_scenario
 from envs.world.lanegrid import JUNCTION, NONE
-from envs.world.state import ACTIVE, BRAKING, DONE, RED, WAITING, Behaviour, Kind, Mode, WorldState
+from envs.world.state import ACTIVE, BRAKING, DONE, RED, WAITING, Behaviour, Kind, Mode, Motion, WorldState
 from rewards.events import Event, EventKind
 from rewards.transition import EgoState
 from scenarios.schema import Scenario
@@ -31,6 +31,7 @@ MAX_STEER = math.radians(45.0)
 MAX_STEER_RATE = 1.2  # rad/s at the road wheels
 MAX_SPEED = 35.0
 BACKGROUND_EVERY = 10  # steps between background-traffic spawn / despawn passes (1 s)
+BRAKE_LIGHT_DECEL = 0.5  # m/s^2: a car slowing faster than rolling and engine drag alone has its brakes on
 EMERGENCY_NEAR_M = 50.0  # an emergency vehicle's time (its window's duration_s) starts this close to the ego
 _KIND_NAMES = {Kind.VEHICLE: "vehicle", Kind.PEDESTRIAN: "pedestrian", Kind.CYCLIST: "vehicle", Kind.STATIC: "static"}
 
@@ -167,6 +168,15 @@ class World:
 
     def ego_speed_limit(self) -> float:
         return self.state.speed_limit
+
+    def brake_lights(self) -> np.ndarray:
+        """Which actors' brake lights are lit [N] bool: the lane-following cars that slow down, or stand in
+        traffic (a driver holds the brake in a queue or at a red light). A parked car, a walker, a cyclist
+        and a replayed track (no acceleration is integrated for it) show none; nor does the ego."""
+        st, a = self.state, self.compiled.actors
+        driving = (a.kind == int(Kind.VEHICLE)) & (a.motion == int(Motion.PATH)) & st.active
+        driving &= ~(a.parked & (st.mode == WAITING))
+        return driving & ((st.accel < -BRAKE_LIGHT_DECEL) | (st.speed < 0.1))
 
     def actor_boxes(self) -> kernels.Boxes:
         """Every actor's box and motion (inactive ones too), as the compiled kernels read them."""

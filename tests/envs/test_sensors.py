@@ -6,8 +6,8 @@ import pytest
 
 from envs import World
 from envs.sensors import BEVRenderer, CameraRenderer, VideoRecorder, make_rig
-from envs.sensors.camera import LIGHT_ON
-from envs.world import RED
+from envs.sensors.camera import BRAKE_OFF, BRAKE_ON, LIGHT_ON
+from envs.world import RED, Mode
 from scenarios import FAMILIES, make_scenario
 
 FRONT = make_rig("front_only")
@@ -69,6 +69,22 @@ def test_red_and_green_lights_are_visible_ahead():
     img_red, img_green = _front(red), _front(green)
     assert _lamp_pixels(img_red, RED) >= 2 and _lamp_pixels(img_green, RED) == 0
     assert _lamp_pixels(img_green, 0) >= 2
+
+
+def test_a_car_ahead_shows_its_brake_lights_while_it_brakes(smoke):
+    def lamp_pixels(img, colour):
+        return int((np.abs(img.astype(int) - colour).sum(2) < 40).sum())
+
+    w = World(smoke.get("lead_brake-000"))
+    tele = CameraRenderer(make_rig("front_tele"))
+    lead = w.compiled.actors.index("lead")
+    cruising = tele.render(w)[0]
+    while w.state.mode[lead] != Mode.BRAKING:
+        w.step(0.0, 0.0)
+    w.step(0.0, 0.0)
+    braking = tele.render(w)[0]
+    assert lamp_pixels(cruising, BRAKE_OFF) >= 4 and lamp_pixels(cruising, BRAKE_ON) == 0
+    assert lamp_pixels(braking, BRAKE_ON) >= 4 and lamp_pixels(braking, BRAKE_OFF) == 0
 
 
 def test_an_intersection_shows_crosswalks_and_a_wide_junction():

@@ -193,6 +193,22 @@ def test_hard_braking_lead_stops_holds_then_drives_on(smoke):
     assert not [e for e in w.log if e.kind == "collision"]
 
 
+def test_brake_lights_are_lit_while_a_car_brakes_or_stands_in_traffic_and_never_on_a_parked_car(smoke):
+    base = smoke.get("lead_brake-000")
+    lead_s = next(a for a in base.actors if a.id == "lead").s
+    parked = {"id": "parked", "lane": "r_f1", "s": lead_s + 20.0, "behaviour": {"type": "static"}}  # beside its path
+    w = World(_with(base, actors=[*base.model_dump(mode="json")["actors"], parked]))
+    i, j = w.compiled.actors.index("lead"), w.compiled.actors.index("parked")
+    lit_by_mode: dict[int, set[bool]] = {}
+    for _ in range(200):
+        w.step(-3.0 if w.state.speed[0] > 0.5 else 0.0, 0.0)  # the ego stays well behind
+        lights = w.brake_lights()
+        lit_by_mode.setdefault(int(w.state.mode[i]), set()).add(bool(lights[i]))
+        assert not lights[j] and not lights[0]
+    assert lit_by_mode[Mode.WAITING] == {False}  # cruising at its desired speed
+    assert lit_by_mode[Mode.BRAKING] == {True} and lit_by_mode[Mode.HOLDING] == {True}
+
+
 # --- control ------------------------------------------------------------------------------------------------
 def test_controller_tracks_a_15m_radius_curve_at_8mps_within_30cm(curve15):
     w = World(curve15)

@@ -15,7 +15,12 @@ import zarr
 from agents.vla import action_space
 from training.data.labels import manoeuvre_class, manoeuvre_under_way
 
-FORMAT = "loopdrive-driving-data/2"  # 2: the target's yaw is the direction of motion
+# 3: the cameras show cars' brake lights (2: the target's yaw is the direction of motion)
+FORMAT = "loopdrive-driving-data/3"
+_OLDER_FORMATS = {
+    "loopdrive-driving-data/2": "its cameras show no brake lights",
+    "loopdrive-driving-data/1": "its targets' yaw is the car's heading, and its cameras show no brake lights",
+}
 NUMERIC = {
     "cameras": "uint8",
     "ego_history": "float32",
@@ -40,6 +45,18 @@ EVERY_CHUNK_STORED = "every_chunk_stored"  # an array attribute: its writer stor
 
 class DatasetError(ValueError):
     pass
+
+
+def check_format(path: Path, found: str | None) -> None:
+    """Refuse a zarr group that is not this version's driving data, saying why an older one is not."""
+    if found == FORMAT:
+        return
+    if found in _OLDER_FORMATS:
+        raise DatasetError(
+            f"{path}: collected by an earlier LoopDrive (format {found!r}: {_OLDER_FORMATS[found]}); "
+            "collect it again into a new path (or delete this one)"
+        )
+    raise DatasetError(f"{path}: not a LoopDrive driving dataset (format {found!r})")
 
 
 class SampleBatch(NamedTuple):
@@ -127,8 +144,7 @@ class DrivingDataset:
             raise DatasetError(f"{path}: no dataset here (run `loopdrive collect` first)") from None
         except (ValueError, TypeError, KeyError) as e:  # a damaged zarr.json (JSONDecodeError is a ValueError)
             raise DatasetError(f"{path / 'zarr.json'}: not readable ({type(e).__name__}: {e})") from None
-        if g.attrs.get("format") != FORMAT:
-            raise DatasetError(f"{path}: not a LoopDrive driving dataset (format {g.attrs.get('format')!r})")
+        check_format(path, g.attrs.get("format"))
         self.path = path
         self.n = int(g.attrs.get("n_complete", 0))
         if self.n == 0:

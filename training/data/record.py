@@ -36,6 +36,7 @@ from training.data.dataset import (
     TEXT,
     DatasetError,
     card_path,
+    check_format,
     dataset_card,
 )
 from training.data.labels import ConsistencyFilter, label_meta_actions, make_teacher, perception_targets
@@ -158,8 +159,8 @@ def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None)
     out = Path(out)
     group = zarr.open_group(out, mode="a")
     settings = _settings(cfg)
-    if group.attrs.get("format") not in (None, FORMAT):
-        raise DatasetError(f"{out}: not a LoopDrive driving dataset (format {group.attrs.get('format')!r})")
+    if "format" in group.attrs:
+        check_format(out, group.attrs["format"])
     stored = _settings(CollectSettings()) | dict(group.attrs.get("config", {}))  # later settings: their defaults
     if "config" in group.attrs and {k: stored[k] for k in settings} != settings:
         raise DatasetError(f"{out} was collected with other settings; collect into a new path")

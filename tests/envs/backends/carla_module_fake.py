@@ -123,7 +123,7 @@ class Actor:
         self.control = control
 
     def set_autopilot(self, on: bool, port: int) -> None:
-        pass
+        self.autopilot = on
 
     def get_transform(self) -> Transform:
         return self.transform
@@ -211,7 +211,14 @@ class Client:
         return self.world
 
     def get_trafficmanager(self, port: int):
-        return types.SimpleNamespace(set_synchronous_mode=lambda on: None, set_random_device_seed=lambda s: None)
+        def update_vehicle_lights(actor: Actor, on: bool) -> None:
+            actor.lights_by_traffic_manager = on
+
+        return types.SimpleNamespace(
+            set_synchronous_mode=lambda on: None,
+            set_random_device_seed=lambda s: None,
+            update_vehicle_lights=update_vehicle_lights,
+        )
 
     def load_world(self, town: str) -> World:
         return self.world

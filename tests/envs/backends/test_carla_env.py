@@ -277,6 +277,8 @@ def test_the_real_session_code_runs_end_to_end_on_a_stand_in_carla_module(monkey
     assert int(obs["cameras"][0, -1, 0, 0, 0]) == server.frame % 256  # the newest frame's image
     assert set(info["reward_terms"]) and info["carla"]["town"] == "Town04"
     np.testing.assert_allclose(env.session.stop_signs, [[300.0, 0.0]])  # the trigger volume, in our frame
+    traffic = [a for a in server.actors.values() if a.type_id.startswith("vehicle.") and a is not env.session.ego]
+    assert traffic and all(a.autopilot and a.lights_by_traffic_manager for a in traffic)  # brake lights shown
     env.close()
     assert [a.type_id for a in server.actors.values()] == ["traffic.stop"]  # the map's, not ours
     assert not server.settings.synchronous_mode

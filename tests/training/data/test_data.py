@@ -289,6 +289,22 @@ def test_manoeuvre_classes_come_from_each_samples_meta_actions_and_a_malformed_e
         DrivingDataset(broken)
 
 
+def test_data_of_an_earlier_format_is_refused_with_why_before_anything_is_read_or_added(dataset, tmp_path):
+    """Data collected before the cameras showed brake lights would teach a model pictures it never sees
+    again: reading it or collecting more into it is a ``DatasetError`` naming the path and the reason,
+    and the copy is left as it was."""
+    import zarr
+
+    old = tmp_path / "old.zarr"
+    shutil.copytree(dataset, old)
+    zarr.open_group(old, mode="r+").attrs["format"] = "loopdrive-driving-data/2"
+    before = sorted((p.relative_to(old), p.stat().st_size) for p in old.rglob("*") if p.is_file())
+    for attempt in (lambda: DrivingDataset(old), lambda: collect(collect_settings(), old, progress=False)):
+        with pytest.raises(DatasetError, match=r"old\.zarr: collected by an earlier LoopDrive .*no brake lights"):
+            attempt()
+    assert sorted((p.relative_to(old), p.stat().st_size) for p in old.rglob("*") if p.is_file()) == before
+
+
 def test_a_lane_change_not_under_way_by_then_reads_as_keep_lane():
     """``manoeuvre_under_way``: a change counts once its future is 0.5 m towards its side at ``by_s``."""
     from training.data.labels import MANOEUVRES, manoeuvre_under_way
