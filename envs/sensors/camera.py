@@ -176,6 +176,27 @@ def map_geometry(road_map: RoadMap) -> MapGeometry:
     return hit[1]
 
 
+def _tail_lamp_weights() -> np.ndarray:
+    """``[8, 4]``: each tail-lamp corner (two quads of four) as a bilinear mix of a rear face's corners."""
+    v0, v1 = TAIL_LAMP_ROWS
+    rows = []
+    for u0, u1 in ((0.0, TAIL_LAMP_WIDTH), (1.0 - TAIL_LAMP_WIDTH, 1.0)):
+        for u, v in ((u0, v0), (u1, v0), (u1, v1), (u0, v1)):
+            rows.append([(1 - v) * (1 - u), (1 - v) * u, v * u, v * (1 - u)])
+    return np.array(rows)
+
+
+TAIL_LAMP_WEIGHTS = _tail_lamp_weights()
+
+
+def tail_lamp_quads(rear_uv: np.ndarray) -> np.ndarray:
+    """The two tail lamps of each rear face ``[R, 4, 2]`` (its corners in px: bottom, one side then the
+    other, then top, the other side then the first) as polygons ``[R, 2, 4, 2]`` in 1/4 px: the quads
+    between fractions of the face's width at its outer edges and of its height (``TAIL_LAMP_*``)."""
+    corners = np.einsum("kc,rcd->rkd", TAIL_LAMP_WEIGHTS, rear_uv)
+    return np.round(corners * 4).astype(np.int32).reshape(len(rear_uv), 2, 4, 2)
+
+
 class CameraRenderer:
     """Renders every camera of a rig for the current world state."""
 
@@ -313,30 +334,17 @@ class CameraRenderer:
             arr, R, cam_world, cam.fx, cam.width / 2, cam.height / 2, cam.width, cam.height, NEAR, FAR, FACES, SUN
         )
         rgb = (colours[box] * shade[:, None]).tolist()
+        rear = np.flatnonzero((face == REAR) & (tail[box] >= 0))
+        lamp_quads = tail_lamp_quads(uv[rear]) if len(rear) else None
+        lamps_of = dict(zip(rear.tolist(), range(len(rear))))
         for q in range(len(box)):
             cv2.fillConvexPoly(img, pts[q], rgb[q], cv2.LINE_8, 2)
             if face[q] == 0 and lamps[box[q]] >= 0:
                 self._draw_lamps(img, uv[q], int(lamps[box[q]]))
-            elif face[q] == REAR and tail[box[q]] >= 0:
-                self._draw_tail_lamps(img, uv[q], bool(tail[box[q]]))
-
-    @staticmethod
-    def _draw_tail_lamps(img, face_uv: np.ndarray, lit: bool) -> None:
-        """Two tail lamps at the outer edges of a car's rear face, bright red while it brakes.
-
-        ``face_uv``: the rear face's corners in px, bottom (one side, the other) then top (the other
-        side, the first); a lamp is the quad between fractions of the width and of the height."""
-        bottom_a, bottom_b, top_b, top_a = face_uv
-
-        def at(u: float, v: float) -> np.ndarray:
-            low, high = bottom_a + u * (bottom_b - bottom_a), top_a + u * (top_b - top_a)
-            return low + v * (high - low)
-
-        v0, v1 = TAIL_LAMP_ROWS
-        colour = BRAKE_ON if lit else BRAKE_OFF
-        for u0, u1 in ((0.0, TAIL_LAMP_WIDTH), (1.0 - TAIL_LAMP_WIDTH, 1.0)):
-            quad = np.array([at(u0, v0), at(u1, v0), at(u1, v1), at(u0, v1)])
-            cv2.fillConvexPoly(img, np.round(quad * 4).astype(np.int32), colour, cv2.LINE_AA, 2)
+            elif q in lamps_of:  # drawn over their face, before anything nearer
+                colour = BRAKE_ON if tail[box[q]] else BRAKE_OFF
+                for quad in lamp_quads[lamps_of[q]]:
+                    cv2.fillConvexPoly(img, quad, colour, cv2.LINE_AA, 2)
 
     @staticmethod
     def _draw_lamps(img, face_uv: np.ndarray, state: int) -> None:
