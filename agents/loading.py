@@ -1,4 +1,6 @@
-"""Agents by spec string: ``expert``, ``constant_velocity``, ``stop``, ``vla:PATH`` (a saved VLA;
+"""Agents by spec string: ``expert`` (``expert?time_headway=S&min_gap=M&caution_speed=V`` for another
+driving style: a close follower's states, labelled by the expert, are data the expert's own lack),
+``constant_velocity``, ``stop``, ``vla:PATH`` (a saved VLA;
 ``vla:PATH?reasoning=0`` for trajectory only, ``&noise=0`` for the deterministic plan, ``&steps=N`` for
 N denoising steps instead of the model's own, ``&guidance=W`` for context guidance), ``alpamayo:PATH``
 (a checkpoint in Alpamayo-R1's released layout; ``?base=DIR`` for its base VLM folder), ``sb3:PATH``
@@ -25,6 +27,8 @@ VLA_OPTIONS = {
     "guidance": "<w> or <w_accel>,<w_lateral>",
     "hold": "<decisions >= 0>",
 }
+# expert?option=value&...: the expert's driving style (its constructor's arguments)
+EXPERT_OPTIONS = {"time_headway": "<s > 0>", "min_gap": "<m > 0>", "caution_speed": "<m/s > 0>"}
 
 
 class AgentSpecError(ValueError):
@@ -34,12 +38,17 @@ class AgentSpecError(ValueError):
 def _path_and_options(spec: str, allowed: dict[str, str]) -> tuple[str, dict[str, str]]:
     """``kind:PATH?key=value&...`` -> (PATH, options); an unknown option is an ``AgentSpecError``."""
     path, _, query = spec.partition(":")[2].partition("?")
+    return path, _options(spec, query, allowed)
+
+
+def _options(spec: str, query: str, allowed: dict[str, str]) -> dict[str, str]:
+    """``key=value&...`` -> the options; an unknown one is an ``AgentSpecError``."""
     options = {k: v[-1] for k, v in parse_qs(query).items()}
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         usage = ", ".join(f"{k}={v}" for k, v in allowed.items())
         raise AgentSpecError(f"agent {spec!r}: unknown option(s) {unknown}; use {usage}")
-    return path, options
+    return options
 
 
 def _number(spec: str, options: dict[str, str], key: str, default: float) -> float:
@@ -66,6 +75,12 @@ def load_agent(spec: str) -> Agent:
     """Build an agent from its spec; a wrong spec raises ``AgentSpecError`` saying why."""
     if spec in BUILTIN:
         return BUILTIN[spec]()
+    if spec.startswith("expert?"):
+        options = _options(spec, spec.partition("?")[2], EXPERT_OPTIONS)
+        style = {k: _number(spec, options, k, 0.0) for k in options}
+        if any(value <= 0 for value in style.values()):
+            raise AgentSpecError(f"agent {spec!r}: the expert's options must be positive numbers")
+        return Expert(**style)
     if spec.startswith("vla:"):
         from agents.vla.agent import VLAAgent
 

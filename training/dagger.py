@@ -1,7 +1,8 @@
 """DAgger rounds inside SFT: when a round starts, what it collects, and the batches that mix the
 expert's data with the policy's.
 
-The schedule is ``[train] steps`` on the expert's data, then ``[dagger] rounds`` of ``steps`` each.
+The schedule is ``[train] steps`` on the expert's data, then ``[dagger] rounds`` of ``steps`` each
+(with a ``round0_driver``, a round 0 before the first step: another driver's states, the expert's labels).
 A round starts by checkpointing the policy, publishing it as ``checkpoints/dagger_round_R`` and letting
 it drive (``collect`` with ``target = "expert"`` into ``RUN/dagger/round_R.zarr``, resumable); every
 batch after that takes ``expert_fraction`` of its samples from the expert's data and the rest from
@@ -30,7 +31,10 @@ def total_steps(recipe: SFTRecipe) -> int:
 
 
 def round_starting_at(step: int, recipe: SFTRecipe) -> int | None:
-    """The round (1..rounds) whose training starts at ``step``, else None."""
+    """The round whose training starts at ``step``, else None: round 0 (a ``round0_driver``'s) at step 0,
+    rounds 1..rounds after the ``[train]`` steps (at least one), ``[dagger] steps`` apart."""
+    if step == 0 and recipe.dagger.round0_driver:
+        return 0
     offset = step - recipe.train.steps
     if offset < 0 or offset % recipe.dagger.steps or offset // recipe.dagger.steps >= recipe.dagger.rounds:
         return None
@@ -63,18 +67,22 @@ def disagreement(data: DrivingDataset) -> np.ndarray:
     return ade(data.arrays["plan"], data.arrays["target"])
 
 
-def collect_round(
-    recipe: SFTRecipe, run_dir: Path, round_: int, policy_checkpoint: Path, progress: bool | None = None
-) -> DrivingDataset:
-    """Publish the policy (once: a resumed round keeps the policy it started with) and let it drive."""
-    name = f"dagger_round_{round_}"
-    policy = checkpoint_dir(run_dir) / name
+def publish_policy(recipe: SFTRecipe, run_dir: Path, round_: int, policy_checkpoint: Path) -> str:
+    """The policy as round ``round_``'s driver (published once: a resumed round keeps the policy it
+    started with), as an agent spec that drives as the evaluations do."""
+    policy = checkpoint_dir(run_dir) / f"dagger_round_{round_}"
     if not policy.exists():
-        publish_final(run_dir, policy_checkpoint, name)
-    options = recipe.eval.agent_options()
+        publish_final(run_dir, policy_checkpoint, policy.name)
+    return f"vla:{policy}?{recipe.eval.agent_options()}"
+
+
+def collect_round(
+    recipe: SFTRecipe, run_dir: Path, round_: int, driver: str, progress: bool | None = None
+) -> DrivingDataset:
+    """``driver`` drives the round's scenarios; the expert labels every ``label_every``-th state."""
     settings = recipe.data.settings().model_copy(
         update={
-            "agent": f"vla:{policy}?{options}",
+            "agent": driver,
             "target": "expert",
             "label_every": recipe.dagger.label_every,
             "scenarios": round_scenarios(recipe, round_),
@@ -98,11 +106,13 @@ class MixedBatches:
         self.expert, self.recipe, self.lateral = expert, recipe, lateral
         self.sampler = self._expert_sampler()
         self.rounds: list[DrivingDataset] = []
+        self.round_numbers: list[int] = []  # 0 is a round0_driver's
         self.on_policy: EpochSampler | None = None
         self._offsets = np.zeros(1, int)
 
-    def add_round(self, data: DrivingDataset) -> None:
+    def add_round(self, data: DrivingDataset, number: int) -> None:
         self.rounds.append(data)
+        self.round_numbers.append(number)
         self._offsets = np.cumsum([0, *(len(d) for d in self.rounds)])
         self.on_policy = self._on_policy_sampler()
 
@@ -136,12 +146,13 @@ class MixedBatches:
 
     def state(self) -> dict[str, Any]:
         on_policy = self.on_policy.state() if self.on_policy else None
-        return {"sampler": self.sampler.state(), "dagger_rounds": len(self.rounds), "dagger_sampler": on_policy}
+        return {"sampler": self.sampler.state(), "dagger_rounds": self.round_numbers, "dagger_sampler": on_policy}
 
     def restore(self, state: dict[str, Any], run_dir: Path) -> None:
         """A checkpoint's positions, and the data of the rounds it had reached."""
         self.sampler = self._expert_sampler(**state["sampler"])
-        for r in range(1, state.get("dagger_rounds", 0) + 1):
-            self.add_round(DrivingDataset(round_data(run_dir, r), max_gb=self.recipe.data.max_gb))
+        numbers = state.get("dagger_rounds", 0)  # a count of rounds 1.. in checkpoints before round 0 existed
+        for r in numbers if isinstance(numbers, list) else range(1, numbers + 1):
+            self.add_round(DrivingDataset(round_data(run_dir, r), max_gb=self.recipe.data.max_gb), r)
         if state.get("dagger_sampler"):
             self.on_policy = self._on_policy_sampler(**state["dagger_sampler"])

@@ -148,14 +148,32 @@ class DaggerSection(_Section):
     ``steps`` more steps train on batches that take ``expert_fraction`` of their samples from the
     expert's data and the rest from every round's data so far: each of those samples equally often
     (``focus = "uniform"``), or half of them in proportion to how far the policy's plan was from the
-    expert's label there (``"disagreement"``: the states where the policy was wrong come back more)."""
+    expert's label there (``"disagreement"``: the states where the policy was wrong come back more).
+
+    ``round0_driver``: before the first step another driver (an agent spec, e.g. a close follower
+    ``"expert?time_headway=0.6&min_gap=2"``) drives ``episodes`` scenarios and the expert labels the
+    states it reaches, as in DART: states beside the expert's own (a car braking close ahead of an ego
+    at speed) that the expert avoids and the policy does not; round 0's data is in the rounds' share of
+    every batch from the first step."""
 
     rounds: int = Field(0, ge=0)
+    round0_driver: str | None = None
     episodes: int | None = Field(None, ge=1)  # policy episodes per round (None: the whole split)
     steps: int = Field(500, ge=1)  # training steps per round
     expert_fraction: float = Field(0.5, ge=0, le=1)
     label_every: int = Field(1, ge=1)
     focus: Literal["uniform", "disagreement"] = "uniform"
+
+    @field_validator("round0_driver")
+    @classmethod
+    def _a_driver(cls, spec: str | None) -> str | None:
+        """A wrong spec is refused when the recipe is read, not after the run has started (a saved VLA's
+        folder is checked when its round starts: loading it here would cost as much as the round)."""
+        if spec is not None and not spec.startswith(("vla:", "alpamayo:")):
+            from agents import load_agent
+
+            load_agent(spec)  # AgentSpecError is a ValueError: the recipe error names the field
+        return spec
 
 
 class EvalSection(_Section):

@@ -218,9 +218,13 @@ def train_sft(
     t0, seen = time.perf_counter(), 0
     while step < stop_at:
         round_ = dagger.round_starting_at(step, recipe)
-        if round_ is not None and len(batches.rounds) < round_:  # the policy drives, the expert labels
-            data = dagger.collect_round(recipe, run_dir, round_, checkpoint(step), progress)
-            batches.add_round(data)
+        if round_ is not None and round_ not in batches.round_numbers:
+            if round_ == 0:  # another driver's states, the expert's labels (DART)
+                driver = recipe.dagger.round0_driver
+            else:  # the policy of the moment drives, the expert labels
+                driver = dagger.publish_policy(recipe, run_dir, round_, checkpoint(step))
+            data = dagger.collect_round(recipe, run_dir, round_, driver, progress)
+            batches.add_round(data, round_)
             checkpoint(step)  # again, with the round's data: a resume from here does not collect it again
             logger.log(step, {"dagger/round": round_, "dagger/samples": len(data), **_label_counts(data)})
         stage = stage_of(step, cfg)

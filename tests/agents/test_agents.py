@@ -27,6 +27,12 @@ def run(env_id_kwargs, spec, scenario):
 
 def test_builtin_specs_and_plugins(tmp_path, monkeypatch):
     assert isinstance(load_agent("expert"), Expert)
+    follower = load_agent("expert?time_headway=0.6&min_gap=2")  # another driving style
+    assert isinstance(follower, Expert) and (follower.T, follower.s0, follower.caution_speed) == (0.6, 2.0, 6.0)
+    with pytest.raises(AgentSpecError, match=r"unknown option\(s\) \['headway'\]"):
+        load_agent("expert?headway=0.6")
+    with pytest.raises(AgentSpecError, match="positive"):
+        load_agent("expert?min_gap=0")
     assert isinstance(load_agent("constant_velocity"), ConstantVelocity) and isinstance(load_agent("stop"), Stop)
     (tmp_path / "my_agents.py").write_text(
         textwrap.dedent("""

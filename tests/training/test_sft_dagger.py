@@ -56,7 +56,7 @@ def test_batches_mix_the_expert_and_the_rounds_at_the_configured_ratio(dataset, 
     target = batches.next(8).targets
     assert _from(expert, target).all()  # before the first round: the expert's data only
     for r in (1, 2):
-        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)))
+        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)), r)
     assert len(batches) == len(expert) + sum(len(d) for d in batches.rounds)
     for _ in range(5):
         target = batches.next(8).targets
@@ -67,8 +67,8 @@ def test_focused_batches_draw_half_their_on_policy_samples_by_how_wrong_the_poli
     recipe = load_recipe(dagger_recipe(tmp_path, dataset, focus="disagreement"), DAGGER[1::2])
     rounds = [DrivingDataset(dagger.round_data(straight_run, r)) for r in (1, 2)]
     batches = dagger.MixedBatches(DrivingDataset(dataset), recipe)
-    for r in rounds:
-        batches.add_round(r)
+    for number, r in enumerate(rounds, 1):
+        batches.add_round(r, number)
     wrong = np.concatenate(
         [np.linalg.norm(r.arrays["plan"][..., :2] - r.arrays["target"][..., :2], axis=-1).mean(-1) for r in rounds]
     )
@@ -113,7 +113,7 @@ def test_meta_action_weights_draw_a_rare_manoeuvre_that_much_more_often_and_resu
     drawn = np.concatenate([batches.sampler.next(64) for _ in range(60)])
     np.testing.assert_allclose(has[drawn].mean(), (want * has).sum() / want.sum(), atol=0.03)
     for r in (1, 2):  # the rounds' samples are weighted by their labels too
-        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)))
+        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)), r)
     on_policy = np.concatenate([expected(d) for d in batches.rounds])
     assert len(set(on_policy)) > 1
     np.testing.assert_allclose(batches.on_policy.p, on_policy / on_policy.sum())
@@ -164,7 +164,7 @@ def test_hazard_weight_draws_the_states_near_the_car_ahead_that_much_more_often(
     drawn = np.concatenate([batches.sampler.next(64) for _ in range(60)])
     np.testing.assert_allclose(near[drawn].mean(), (want * near).sum() / want.sum(), atol=0.03)
     for r in (1, 2):  # the rounds' samples are weighted the same way
-        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)))
+        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)), r)
     on_policy = np.concatenate([expected(d) for d in batches.rounds])
     np.testing.assert_allclose(batches.on_policy.p, on_policy / on_policy.sum())
     with pytest.raises(RecipeError, match="hazard_weight"):
@@ -192,7 +192,7 @@ def test_focus_refuses_round_data_without_the_policys_plans(dataset, straight_ru
         DrivingDataset(dataset), load_recipe(dagger_recipe(tmp_path, dataset, focus="disagreement"), DAGGER[1::2])
     )
     with pytest.raises(DatasetError, match=r"old_round\.zarr.*plans"):
-        batches.add_round(DrivingDataset(old))
+        batches.add_round(DrivingDataset(old), 1)
 
 
 def _from(ds: DrivingDataset, targets: np.ndarray) -> np.ndarray:
@@ -227,7 +227,30 @@ def test_round_schedule_and_refusals(dataset, tmp_path):
     recipe = load_recipe(dagger_recipe(tmp_path, dataset, rounds=3, steps=5))
     assert dagger.total_steps(recipe) == 4 + 3 * 5
     assert [dagger.round_starting_at(s, recipe) for s in (0, 3, 4, 5, 9, 14, 19)] == [None, None, 1, None, 2, 3, None]
+    recipe = load_recipe(dagger_recipe(tmp_path, dataset, round0_driver="expert?time_headway=0.6", rounds=1, steps=4))
+    assert [dagger.round_starting_at(s, recipe) for s in (0, 1, 4)] == [0, None, 1]
     first, second = dagger.round_scenarios(recipe, 1), dagger.round_scenarios(recipe, 2)
     assert len(first) == 1 and first != second  # a seeded draw per round
+    with pytest.raises(RecipeError, match=r"dagger\.round0_driver: .*unknown option\(s\) \['headway'\]"):
+        load_recipe(dagger_recipe(tmp_path, dataset, round0_driver="expert?headway=0.6"))
     with pytest.raises(RecipeError, match="two_stage"):
         load_recipe(dagger_recipe(tmp_path, dataset), ["train.two_stage=true"])
+
+
+def test_round0_lets_another_driver_drive_before_the_first_step_and_resumes_exactly(dataset, tmp_path):
+    follower = "expert?time_headway=0.6&min_gap=2"
+    recipe = dagger_recipe(tmp_path, dataset, round0_driver=follower, rounds=1)
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    assert run_main(["--config", recipe, "--run-dir", str(whole), *DAGGER]) == 0
+    rows = metrics_of(whole)
+    assert [(r["step"], r["dagger/round"]) for r in rows if "dagger/round" in r] == [(0, 0), (4, 1)]
+    card = json.loads(card_path(dagger.round_data(whole, 0)).read_text())
+    assert card["source"]["agent"] == follower and card["source"]["target"] == "expert" and card["samples"] > 0
+    assert not (whole / "checkpoints" / "dagger_round_0").exists()  # no policy of its own to publish
+    # the follower's data is in the batches from the first step, and a resume finds it and round 1's again
+    assert run_main(["--config", recipe, "--run-dir", str(broken), *DAGGER, "--set", "train.max_steps_this_run=5"]) == 0
+    assert run_main(["--resume", str(broken)]) == 0
+    a, b = weights_of(whole / "checkpoints" / "final"), weights_of(broken / "checkpoints" / "final")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    assert metrics_of(whole) == metrics_of(broken)
