@@ -102,6 +102,9 @@ class DriveEnv(gym.Env):
         self._ego_track: list[EgoState] = []
         self._returns: dict[str, float] = {}
         self._done = False
+        self._running_out = False  # driving on past the episode's end (LoopDriveEnv.run_out): nothing ends it
+        self._cut_decision: tuple[Any, int] | None = None  # the last decision's plan and its world steps done,
+        # when the episode's end cut it short
 
     # --- the backend's hooks ---------------------------------------------------------------------------
     def _start(self, scenario: Scenario, seed: int, options: dict[str, Any]) -> None:
@@ -175,7 +178,7 @@ class DriveEnv(gym.Env):
         self.controller = TrajectoryController()
         self._ego_track = [self.ego_record()]
         self._returns = dict.fromkeys(self.composer.terms, 0.0)
-        self._done = False
+        self._done, self._cut_decision = False, None
         if self._frames is not None:  # until there is a past, every frame slot shows now
             self._timed_capture(-1)
             self._frames[:, :-1] = self._frames[:, -1:]
@@ -197,6 +200,11 @@ class DriveEnv(gym.Env):
         if control is None:
             x, y, yaw, speed, _ = self._pose()
             self.controller.set_plan(action, x, y, yaw, speed)
+        return self._decide(action, control, reference)
+
+    def _decide(self, action, control: tuple[float, float] | None, reference: np.ndarray | None, first: int = 0):
+        """The world steps of one decision, from its ``first`` on (a decision the episode's end cut short
+        is finished by ``LoopDriveEnv.run_out``), and what ``step`` returns."""
         events: list[Event] = []
         terms = dict.fromkeys(self.composer.terms, 0.0)
         reward = 0.0
@@ -206,9 +214,9 @@ class DriveEnv(gym.Env):
         shift = n // every  # slots a decision moves the kept frames by
         start = len(self._ego_track) - 1
         capture = self._frames is not None and self._renders_cameras()
-        if self._frames is not None and shift < slots:  # keep the older frames, newest last
+        if first == 0 and self._frames is not None and shift < slots:  # keep the older frames, newest last
             self._frames[:, :-shift] = self._frames[:, shift:].copy()
-        for k in range(n):
+        for k in range(first, n):
             if control is None:
                 accel, steer = self.controller.control(*self._pose())
             else:
@@ -238,13 +246,14 @@ class DriveEnv(gym.Env):
             ended_by = interface.terminal_event(new_events, self.terminate_on_collision)
             terminated = ended_by is not None
             truncated = self.world.t >= self.scenario.duration_s - 1e-9
-            if terminated or truncated:
+            if (terminated or truncated) and not self._running_out:
+                self._cut_decision = (action, k + 1) if k + 1 < n else None
                 break
         self._after_decision(start)
         for key, v in terms.items():
             self._returns[key] += v
         info = self._info(events, terms)
-        if terminated or truncated:
+        if (terminated or truncated) and not self._running_out:
             self._done = True
             info["metrics"] = self.episode_metrics()
             info["metrics"]["ending"] = episode_ending(ended_by, self._ego_track).value

@@ -94,7 +94,9 @@ class LoopDriveEnv(DriveEnv):
 
     ``snapshot()`` / ``restore(snap)`` branch an episode: the world (with its RNG), the controller's
     plan, the ego history, the frames and the returns (step-level GRPO scores G continuations from one
-    snapshot). ``step_hooks`` run after every world step (an evaluation's video recorder uses them).
+    snapshot). ``run_out(driver, steps)`` drives on past an ended episode and returns the poses, the env
+    left at the end (data for the decisions of an episode's last 6.4 s). ``step_hooks`` run after every
+    world step (an evaluation's video recorder uses them).
 
     ## Version History
 
@@ -252,6 +254,7 @@ class LoopDriveEnv(DriveEnv):
             "ego_track": list(self._ego_track),
             "returns": dict(self._returns),
             "done": self._done,
+            "cut_decision": self._cut_decision,
             "scenario": self.scenario,
             "decisions": self._decisions,
             "imagined": None if self.imagined is None else self.imagined.state(),
@@ -269,11 +272,53 @@ class LoopDriveEnv(DriveEnv):
         if self._frames is not None:
             self._frames[:] = snap["frames"]
         self._ego_track = list(snap["ego_track"])
-        self._returns, self._done = dict(snap["returns"]), snap["done"]
+        self._returns, self._done, self._cut_decision = dict(snap["returns"]), snap["done"], snap["cut_decision"]
         self._decisions = snap["decisions"]
         if self.imagined is not None:
             self.imagined.set_state(snap["imagined"])
         return self._observe(), self._info([], {})
+
+    def run_out(self, driver: Callable[[dict[str, Any]], np.ndarray], steps: int) -> list[EgoState]:
+        """The ego's poses for up to ``steps`` world steps (0.1 s) past the episode's end, ``driver``
+        (observation -> trajectory) planning on, as in the episode: an episode ends at its goal or its
+        time while the road and the traffic go on, and the decisions of its last 6.4 s have a driven
+        future to learn only from there. Nothing is scored and nothing ends the run-out; afterwards the
+        env is back at the episode's end. No poses after another end (a collision, the route left or
+        abandoned), nor if the ego then causes a collision or leaves the road (not a demonstration), and
+        none from the decision whose next steps would reach the route's end (where the road ends, often:
+        a driver's plan beyond it holds nothing to learn)."""
+        if not self._done:
+            raise RuntimeError("run_out drives on after the episode has ended")
+        if self.action_mode != "trajectory":
+            raise RuntimeError("run_out needs action_mode='trajectory' (a driver that plans)")
+        at_goal = any(e.kind is EventKind.ROUTE_COMPLETE for e in self.world.log)
+        if not (at_goal or self.world.t >= self.scenario.duration_s - 1e-9):
+            return []
+        end = self.snapshot()
+        start = len(self._ego_track)
+        self._done, self._running_out = False, True
+        try:
+            obs = self._observe()
+            if self._cut_decision is not None:  # the end came within a decision: its plan is driven to its end
+                plan, done_steps = self._cut_decision
+                obs, _, _, _, info = self._decide(plan, None, None, first=done_steps)
+                if _leaves_demonstration(info["events"]):
+                    return []
+            while len(self._ego_track) - start < steps:
+                plan = np.asarray(driver(obs), np.float32)
+                if _plan_length(plan[: self.decision_every + 1]) >= self._route_left() - 1.0:
+                    break  # its next steps would run off the route's end (and the map's, often)
+                obs, _, _, _, info = self.step(plan)
+                if _leaves_demonstration(info["events"]):
+                    return []
+            return self._ego_track[start : start + steps]
+        finally:
+            self._running_out = False
+            self.restore(end)
+
+    def _route_left(self) -> float:
+        """Metres of the route ahead of the ego."""
+        return float(self.world.compiled.route_s[-1] - self.world.state.route_s)
 
     # --- rendering ---------------------------------------------------------------------------------------------
     def render(self):
@@ -284,6 +329,17 @@ class LoopDriveEnv(DriveEnv):
     def video_frame(self, caption: str | None = None) -> np.ndarray:
         """This 0.1 s step as a video frame (cameras freshly rendered, BEV, status, the caption)."""
         return compose_frame(self.world, self.cameras, self.bev, None, caption=caption)
+
+
+def _leaves_demonstration(events: list[Event]) -> bool:
+    """A collision the ego caused, or the ego off the road."""
+    return any(e.kind is EventKind.OFFROAD or (e.kind is EventKind.COLLISION and e.at_fault) for e in events)
+
+
+def _plan_length(plan: np.ndarray) -> float:
+    """The path length of a plan's waypoints (ego frame, from the ego)."""
+    xy = np.concatenate([np.zeros((1, 2), np.float32), plan[:, :2]])
+    return float(np.linalg.norm(np.diff(xy, axis=0), axis=1).sum())
 
 
 def compose_frame(

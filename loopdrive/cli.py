@@ -262,7 +262,8 @@ def _collect(args: argparse.Namespace) -> int:
     f = card["labels"].get("filter", {})
     print(
         f"{card['samples']} samples from {card['episodes_complete']} episodes in {args.out} "
-        f"(filter kept {f.get('kept', 0)}, rejected {f.get('rejected', 0)}); card: {card_path(args.out)}"
+        f"(filter kept {f.get('kept', 0)}, rejected {f.get('rejected', 0)}; {card['labels'].get('run_out', 0)} "
+        f"futures driven on past an episode's end); card: {card_path(args.out)}"
     )
     return 0
 

@@ -288,7 +288,7 @@ def train_sft(
 def _label_counts(data: DrivingDataset) -> dict[str, float]:
     """What a DAgger round's collection left out and how wrong the policy was, for the metrics log."""
     labels = data.card["labels"]
-    counts = {f"dagger/{k}": float(labels.get(k, 0)) for k in ("episodes", "expert_failed", "short_future")}
+    counts = {f"dagger/{k}": float(labels.get(k, 0)) for k in ("episodes", "expert_failed", "short_future", "run_out")}
     if "plan" in data.arrays:  # how far the policy's plans were from the expert's labels (m, mean over 6.4 s)
         counts["dagger/disagreement_m"] = float(dagger.disagreement(data).mean())
     return counts

@@ -34,3 +34,19 @@ def drive_world(world: World, plan_fn, seconds: float, every: int = 5) -> list[d
             *ctl.control(float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]), st.steer)
         )
     return events
+
+
+def drive_to_the_end(env, agent, scenario: str | None = None, snapshots: list | None = None, obs=None) -> dict:
+    """An env episode driven by ``agent`` (reset on it) to its end, from a reset to ``scenario`` or from
+    ``obs`` where the env stands (restored); its snapshot before each decision appended to ``snapshots``;
+    the last step's info."""
+    if scenario is not None:
+        obs, _ = env.reset(seed=0, options={"scenario": scenario})
+    agent.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    done, info = False, {}
+    while not done:
+        if snapshots is not None:
+            snapshots.append(env.snapshot())
+        obs, _, terminated, truncated, info = env.step(agent.act(obs).trajectory)
+        done = terminated or truncated
+    return info

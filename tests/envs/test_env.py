@@ -269,3 +269,66 @@ def test_ttc_and_expert_terms_through_the_env(empty_straight):
     env.reset(seed=0)
     _, _, _, _, info = env.step(RouteFollower().plan(env.unwrapped.world))
     assert info["reward_terms"]["ade_expert"] < 0.05  # the expert agrees with itself
+
+
+def test_a_run_out_is_the_driving_the_episode_would_have_had_with_its_goal_further_on():
+    """Past the goal the expert drives on as it would have, had the goal been 60 m further (bit for
+    bit); afterwards the env is back at the episode's end, its returns and metrics as they were."""
+    from agents import load_agent
+    from envs import LoopDriveEnv
+    from scenarios import load_bank
+    from tests.envs.helpers import drive_to_the_end
+
+    scenario = next(s for s in load_bank("smoke").scenarios if s.id == "straight-000")
+    env = LoopDriveEnv(bank="smoke", observations=("ego_state",))
+    expert = load_agent("expert")
+    info = drive_to_the_end(env, expert, scenario.id)
+    assert info["metrics"]["ending"] == "route_complete"
+    end, returns = list(env.ego_track), dict(env._returns)
+    ran_on = env.run_out(lambda o: expert.act(o).trajectory, 64)
+    assert len(ran_on) == 64
+    assert env.ego_track == end and env._returns == returns and env.world.t == pytest.approx(end[-1].t)
+    with pytest.raises(RuntimeError, match="ended"):
+        env.step(np.zeros((64, 3), np.float32))
+
+    further = scenario.model_copy(update={"ego": scenario.ego.model_copy(update={"goal_distance": 226.5})})
+    env2 = LoopDriveEnv(bank="smoke", scenario=further, observations=("ego_state",))
+    expert2 = load_agent("expert")
+    obs, _ = env2.reset(seed=0)
+    expert2.reset({"scenario": env2.scenario, "world": env2.world, "seed": 0})
+    while len(env2.ego_track) < len(end) + 64:
+        obs, *_ = env2.step(expert2.act(obs).trajectory)
+
+    def motion(track):  # (the route's completion is per goal: not the driving)
+        return [(e.t, e.x, e.y, e.yaw, e.speed, e.accel, e.steer) for e in track]
+
+    assert motion(env2.ego_track[: len(end)]) == motion(end)
+    assert motion(env2.ego_track[len(end) : len(end) + 64]) == motion(ran_on)
+
+
+def test_a_run_out_stops_before_the_route_ends_and_is_refused_before_the_end():
+    """Where the route (and the road) ends soon after the goal, the run-out keeps only the decisions whose
+    plans stay on it, none where the goal is at the route's end; driving on needs an episode ended at its
+    goal or its time."""
+    from agents import load_agent
+    from envs import LoopDriveEnv
+    from tests.envs.helpers import drive_to_the_end
+
+    env = LoopDriveEnv(bank="smoke", observations=("ego_state",))
+    expert = load_agent("expert")
+    env.reset(seed=0, options={"scenario": "pedestrian_crossing-000"})
+    with pytest.raises(RuntimeError, match="after the episode has ended"):
+        env.run_out(lambda o: expert.act(o).trajectory, 64)
+    drive_to_the_end(env, expert, "pedestrian_crossing-000")
+    ran_on = env.run_out(lambda o: expert.act(o).trajectory, 64)
+    assert 0 < len(ran_on) < 64
+    route_end = env.world.compiled.route_xy[-1]
+    assert np.hypot(ran_on[-1].x - route_end[0], ran_on[-1].y - route_end[1]) > 1.0
+    assert env.ego_track[-1].t < ran_on[0].t  # (the env is back at the episode's end)
+
+    drive_to_the_end(env, expert, "t_junction-000")  # its goal is where its route ends: at most the
+    assert len(env.run_out(lambda o: expert.act(o).trajectory, 64)) < env.decision_every  # decision cut short
+
+    cv = load_agent("constant_velocity")  # into the braking car ahead: no run-out after a collision
+    assert drive_to_the_end(env, cv, "lead_brake-000")["metrics"]["ending"] == "collision"
+    assert env.run_out(lambda o: cv.act(o).trajectory, 64) == []

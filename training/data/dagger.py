@@ -24,12 +24,15 @@ from training.data.record import HORIZON, future_in_ego_frame
 class ExpertLabel:
     """The expert's driven future from one snapshot, or why there is none.
 
-    ``target`` is None when the branch ended before 6.4 s (the route done, the scenario's time up).
-    ``failed``: the expert caused a collision there, or left the road it started on: no demonstration.
+    ``target`` is None when the branch ended before 6.4 s (the route done, the scenario's time up) and
+    could not be driven on past that end (``run_out``: the route ran out too). ``failed``: the expert caused
+    a collision there, or left the road it started on: no demonstration. ``ran_out``: the future reaches
+    past the branch's end.
     """
 
     target: np.ndarray | None
     failed: bool
+    ran_out: bool = False
 
 
 class ExpertLabeller:
@@ -41,12 +44,15 @@ class ExpertLabeller:
     the episode's own env from that snapshot (tested).
     """
 
-    def __init__(self, bank: str, split: str | None, decision_every: int, expert: str = "expert") -> None:
+    def __init__(
+        self, bank: str, split: str | None, decision_every: int, expert: str = "expert", run_out: bool = False
+    ) -> None:
         from agents import load_agent
         from envs import LoopDriveEnv
 
         self.env = LoopDriveEnv(bank=bank, split=split, decision_every=decision_every, observations=("ego_state",))
         self.expert = load_agent(expert)
+        self.run_out = run_out
 
     def label(self, snapshot: dict[str, Any], seed: int = 0) -> ExpertLabel:
         """Restore ``snapshot`` (from any env of this bank), let a fresh expert drive 6.4 s, return it."""
@@ -63,4 +69,7 @@ class ExpertLabeller:
             for e in info["events"]:
                 crashed = e.kind is EventKind.COLLISION and e.at_fault
                 failed |= crashed or (e.kind is EventKind.OFFROAD and not started_off_road)
-        return ExpertLabel(future_in_ego_frame(env.ego_track, k), failed)
+        track, missing = env.ego_track, k + HORIZON + 1 - len(env.ego_track)
+        if missing > 0 and done and not failed and self.run_out:  # the branch ended first: drive on past it
+            track = track + env.run_out(lambda o: self.expert.act(o).trajectory, missing)
+        return ExpertLabel(future_in_ego_frame(track, k), failed, ran_out=missing > 0)

@@ -115,6 +115,7 @@ def dataset_card(path: str | Path) -> dict[str, Any]:
             "target": cfg.get("target", "executed"),
             "seeds": cfg["seeds"],
             "perturb_fraction": cfg["perturb_fraction"],
+            "run_out": cfg.get("run_out", False),
         },
         "labels": {
             "teacher": cfg["teacher"],

@@ -2,7 +2,8 @@
 
 One sample per agent decision: the camera frames of the rig (resized to the VLA's image size, with
 the same interpolation the model uses), ego history and state, the route and its command, the
-future the car then actually drove (``target``, 64 x (x, y, yaw) in the ego frame at the decision),
+future the car then actually drove (``target``, 64 x (x, y, yaw) in the ego frame at the decision; for
+the decisions of an episode's last 6.4 s, driven on past its end where the road goes on, with ``run_out``),
 the scene facts, the meta-actions detected on that future, the reasoning a teacher wrote for them
 (plus the agent's own), and the privileged perception targets (``labels.PERCEPTION_TARGETS``).
 Samples whose reasoning disagrees with the labels are filtered out and counted. Episodes that end in
@@ -215,7 +216,7 @@ class EpisodeRecorder:
         if cfg.target == "expert":
             from training.data.dagger import ExpertLabeller
 
-            self.labeller = ExpertLabeller(cfg.bank, cfg.split, cfg.decision_every)
+            self.labeller = ExpertLabeller(cfg.bank, cfg.split, cfg.decision_every, run_out=cfg.run_out)
         self.teacher = make_teacher(cfg.teacher)
         self.critic = ConsistencyFilter(cfg.filter_threshold).critic
 
@@ -328,6 +329,9 @@ def _rollout(
     if bad and labeller is None:
         stats.dropped_episodes += 1
         return [], stats
+    track = env.ego_track
+    if cfg.run_out and cfg.target == "executed":  # the last decisions' futures, driven on past the end
+        track = track + env.run_out(lambda o: agent.act(o).trajectory, HORIZON)
     samples = []
     for d in decisions:
         if labeller is not None:
@@ -337,10 +341,12 @@ def _rollout(
                 stats.expert_failed += 1
                 continue
             target = d["label"].target
+            ran_out = d["label"].ran_out
         elif cfg.target == "plan":
-            target = d["plan"]
+            target, ran_out = d["plan"], False
         else:
-            target = future_in_ego_frame(env.ego_track, d["k"])
+            target = future_in_ego_frame(track, d["k"])
+            ran_out = d["k"] + HORIZON >= len(env.ego_track)
         if target is None:
             stats.short_future += 1
             continue
@@ -352,6 +358,7 @@ def _rollout(
         keep, score = filt(reasoning, meta, causes)
         if not keep:
             continue
+        stats.run_out += ran_out
         stats.meta_actions.update(meta)
         stats.causes.update(causes)
         stats.commands[int(o["command"])] += 1
@@ -384,12 +391,14 @@ def _rollout(
 @dataclass
 class CollectStats:
     """What a collect counted: episodes (and those dropped as not demonstrations), samples without a
-    full future, DAgger labels where the expert failed, families, meta-actions, causes, commands, and
+    full future and those whose future was driven on past the episode's end (``run_out``), DAgger labels
+    where the expert failed, families, meta-actions, causes, commands, and
     the consistency filter's verdicts."""
 
     episodes: int = 0
     dropped_episodes: int = 0
     short_future: int = 0
+    run_out: int = 0
     expert_failed: int = 0
     families: Counter = field(default_factory=Counter)
     meta_actions: Counter = field(default_factory=Counter)
@@ -405,7 +414,9 @@ class CollectStats:
     @classmethod
     def from_attrs(cls, d: dict[str, Any] | None) -> CollectStats:
         d = d or {}
-        counts = {k: d[k] for k in ("episodes", "dropped_episodes", "short_future", "expert_failed") if k in d}
+        counts = {
+            k: d[k] for k in ("episodes", "dropped_episodes", "short_future", "run_out", "expert_failed") if k in d
+        }
         out = cls(**counts, kept=d.get("filter", {}).get("kept", 0))
         out.rejected.update(d.get("filter", {}).get("rejected_by_reason", {}))
         for k in ("families", "meta_actions", "causes"):
@@ -418,6 +429,7 @@ class CollectStats:
             "episodes": self.episodes,
             "dropped_episodes": self.dropped_episodes,
             "short_future": self.short_future,
+            "run_out": self.run_out,
             "expert_failed": self.expert_failed,
             "families": dict(self.families),
             "meta_actions": dict(self.meta_actions),

@@ -37,6 +37,11 @@ class CollectSettings(BaseModel):
         "future the expert drives from each decision's state (DAgger: any agent drives, the expert labels)",
     )
     label_every: int = Field(1, ge=1, description="with target expert: label every k-th decision")
+    run_out: bool = Field(
+        False,
+        description="drive on past each episode's end (the expert past a DAgger label's), so that the decisions "
+        "of its last 6.4 s have a driven future to learn where the road goes on",
+    )
     perturb_lateral_m: float = Field(1.0, ge=0, description="largest lateral offset of a perturbed start")
     perturb_heading_deg: float = Field(8.0, ge=0, description="largest heading offset of a perturbed start")
     chunk: int = Field(64, ge=1, description="samples per zarr chunk")

@@ -12,6 +12,7 @@ import pytest
 import envs  # noqa: F401
 from agents import load_agent
 from envs import LoopDriveEnv
+from tests.envs.helpers import drive_to_the_end
 from tests.training.helpers import collect_settings
 from training.data import DrivingDataset, card_path, collect, future_in_ego_frame
 from training.data.dagger import ExpertLabeller
@@ -55,6 +56,24 @@ def test_the_label_is_the_experts_driven_future_from_the_restored_snapshot_bit_f
         done = terminated or truncated
     straight = future_in_ego_frame(env.ego_track, k)
     assert straight is None or np.abs(label.target[:, 1] - straight[:, 1]).max() > 1.0
+
+
+def test_a_label_near_the_end_is_driven_on_past_it_and_left_out_without_run_out():
+    """2 s before the goal the expert's branch ends at it; with ``run_out`` the label is its future
+    driven on past the goal, as the expert drives it in the episode's own env from the snapshot."""
+    env = LoopDriveEnv(bank="smoke", n_frames=1, camera_size=(32, 64), observations=OBSERVED)
+    expert = load_agent("expert")
+    snaps = []
+    drive_to_the_end(env, expert, "straight-000", snaps)
+    snap, k = snaps[-4], len(snaps[-4]["ego_track"]) - 1
+    assert ExpertLabeller("smoke", None, env.decision_every).label(snap).target is None
+    label = ExpertLabeller("smoke", None, env.decision_every, run_out=True).label(snap)
+    assert label.ran_out and not label.failed and label.target is not None
+
+    obs, _ = env.restore(snap)
+    drive_to_the_end(env, expert, obs=obs)
+    track = env.ego_track + env.run_out(lambda o: expert.act(o).trajectory, 64)
+    np.testing.assert_array_equal(label.target, future_in_ego_frame(track, k))
 
 
 def test_a_label_whose_expert_crashes_is_marked_failed():

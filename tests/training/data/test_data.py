@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from agents import load_agent
 from agents.vla import action_space
 from rewards.transition import EgoState
+from tests.envs.helpers import drive_to_the_end
 from tests.training.helpers import SCENARIOS, collect_settings
 from training.data import DatasetError, DrivingDataset, card_path, collect, future_in_ego_frame
 from training.data.labels import (
@@ -110,6 +112,41 @@ def test_a_dataset_from_before_plans_were_recorded_reads_and_resumes_without_the
     assert new.arrays["plan"].shape == new.arrays["target"].shape
     for k in ("cameras", "target", "episode"):
         np.testing.assert_array_equal(new.arrays[k], old.arrays[k])
+
+
+def test_an_episodes_last_decisions_learn_the_future_driven_on_past_its_end(dataset, tmp_path):
+    """``run_out``: the decisions of an episode's last 6.4 s have the future the driver went on to drive
+    past the goal; without it (the default) they are left out, and every other sample is the same."""
+    import zarr
+
+    from envs import LoopDriveEnv
+
+    ran_on = tmp_path / "run_out.zarr"
+    collect(collect_settings(run_out=True), ran_on, progress=False)
+    a, b = DrivingDataset(dataset), DrivingDataset(ran_on)
+    assert a.card["source"]["run_out"] is False and b.card["source"]["run_out"] is True
+    assert b.card["labels"]["run_out"] == len(b) - len(a) > 0
+    assert b.card["labels"]["short_future"] == a.card["labels"]["short_future"] - b.card["labels"]["run_out"]
+    old = [(int(e), round(float(t), 1)) for e, t in zip(a.arrays["episode"], a.arrays["t"])]
+    new = [(int(e), round(float(t), 1)) for e, t in zip(b.arrays["episode"], b.arrays["t"])]
+    kept = [new.index(key) for key in old]
+    np.testing.assert_array_equal(a.arrays["target"], b.arrays["target"][kept])
+    # the last sample of lead_brake-000 by hand: the episode driven to its end, then on
+    mine = [i for i in range(len(b)) if b.text["scenario"][i] == "lead_brake-000" and not b.arrays["perturbed"][i]]
+    last = max(mine)
+    env = LoopDriveEnv(bank="smoke", n_frames=1, observations=("ego_state",))
+    expert = load_agent("expert")
+    drive_to_the_end(env, expert, "lead_brake-000")
+    track = env.ego_track + env.run_out(lambda o: expert.act(o).trajectory, 64)
+    k = round(float(b.arrays["t"][last]) * 10)
+    assert k + 64 >= len(env.ego_track)  # (a decision of the last 6.4 s)
+    np.testing.assert_array_equal(b.arrays["target"][last], future_in_ego_frame(track, k))
+    # data collected before the setting existed had no run-out: it is finished without one
+    g = zarr.open_group(ran_on, mode="a")
+    g.attrs["config"] = {k: v for k, v in g.attrs["config"].items() if k != "run_out"}
+    with pytest.raises(DatasetError, match="other settings"):
+        collect(collect_settings(run_out=True), ran_on, progress=False)
+    assert collect(collect_settings(), ran_on, progress=False)["samples"] == len(b)
 
 
 def test_collect_the_agents_plan_as_the_target(dataset, tmp_path):
