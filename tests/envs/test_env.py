@@ -273,7 +273,7 @@ def test_ttc_and_expert_terms_through_the_env(empty_straight):
 
 def test_a_run_out_is_the_driving_the_episode_would_have_had_with_its_goal_further_on():
     """Past the goal the expert drives on as it would have, had the goal been 60 m further (bit for
-    bit); afterwards the env is back at the episode's end, its returns and metrics as they were."""
+    bit); afterwards the env is back at the episode's end, its returns as they were."""
     from agents import load_agent
     from envs import LoopDriveEnv
     from scenarios import load_bank
