@@ -245,7 +245,7 @@ class DriveEnv(gym.Env):
                 hook(self)
             ended_by = interface.terminal_event(new_events, self.terminate_on_collision)
             terminated = ended_by is not None
-            truncated = self.world.t >= self.scenario.duration_s - 1e-9
+            truncated = self._time_up()
             if (terminated or truncated) and not self._running_out:
                 self._cut_decision = (action, k + 1) if k + 1 < n else None
                 break
@@ -258,6 +258,10 @@ class DriveEnv(gym.Env):
             info["metrics"] = self.episode_metrics()
             info["metrics"]["ending"] = episode_ending(ended_by, self._ego_track).value
         return self._observe(), float(reward), terminated, truncated, info
+
+    def _time_up(self) -> bool:
+        """The scenario's time has run out (the episode is truncated)."""
+        return self.world.t >= self.scenario.duration_s - 1e-9
 
     def _end_on_invalid_action(self, error: InvalidActionError):
         """``invalid_action="terminate"``: the episode ends here with an ``invalid_action`` event."""

@@ -17,6 +17,7 @@ from envs.sensors.video import camera_grid, status_bar
 from envs.world import DT, World, compile_scenario
 from rewards import EgoState, EpisodeLog, Event, EventKind
 from scenarios import Scenario
+from scenarios import geometry as geo
 
 BACKENDS = ("embedded", "worldmodel")  # what this class runs; envs.make_env also takes "carla"
 
@@ -291,8 +292,7 @@ class LoopDriveEnv(DriveEnv):
             raise RuntimeError("run_out drives on after the episode has ended")
         if self.action_mode != "trajectory":
             raise RuntimeError("run_out needs action_mode='trajectory' (a driver that plans)")
-        at_goal = any(e.kind is EventKind.ROUTE_COMPLETE for e in self.world.log)
-        if not (at_goal or self.world.t >= self.scenario.duration_s - 1e-9):
+        if not (self.world.state.route.route_completed or self._time_up()):
             return []
         end = self.snapshot()
         start = len(self._ego_track)
@@ -338,8 +338,7 @@ def _leaves_demonstration(events: list[Event]) -> bool:
 
 def _plan_length(plan: np.ndarray) -> float:
     """The path length of a plan's waypoints (ego frame, from the ego)."""
-    xy = np.concatenate([np.zeros((1, 2), np.float32), plan[:, :2]])
-    return float(np.linalg.norm(np.diff(xy, axis=0), axis=1).sum())
+    return float(geo.arc_lengths(np.concatenate([np.zeros((1, 2)), plan[:, :2]]))[-1])
 
 
 def compose_frame(
