@@ -296,6 +296,9 @@ class LoopDriveEnv(DriveEnv):
             return []
         end = self.snapshot()
         start = len(self._ego_track)
+        # drive on a copy: the episode's poses a caller holds (``ego_track`` is the env's own list) must not
+        # grow, or ``env.ego_track + env.run_out(...)`` holds the run-out twice
+        self._ego_track = list(self._ego_track)
         self._done, self._running_out = False, True
         try:
             obs = self._observe()

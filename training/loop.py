@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from loopdrive.seeding import rng as seeded_rng
+from scenarios.banks import load_bank
 from training.checkpoints import clean_stale
 from training.data import DatasetError, DrivingDataset, collect
 from training.data.labels import time_to_lead
@@ -91,13 +92,37 @@ def hazard_weights(data: DrivingDataset, ttc_s: float, weight: float) -> np.ndar
     return np.where(ttc < ttc_s, weight, 1.0)
 
 
+def family_weights(data: DrivingDataset, weights: Mapping[str, float]) -> np.ndarray:
+    """Each sample's draw weight from its scenario's family (1 for a family not named): a family's share
+    of the batches, which a dataset's counts set otherwise. The families are read from the data's bank;
+    a name that is no family there is refused (a misspelt family would weight nothing)."""
+    out = np.ones(len(data))
+    if not weights:
+        return out
+    bank_name = data.card["source"]["bank"]
+    family_of = {s.id: s.family for s in load_bank(bank_name).scenarios}
+    unknown = sorted(set(weights) - set(family_of.values()))
+    if unknown:
+        raise DatasetError(
+            f"train.family_weights: {unknown} are no family of bank {bank_name!r}, which {data.path} was "
+            f"collected on (its families: {sorted(set(family_of.values()))})"
+        )
+    for i, scenario in enumerate(data.text["scenario"][: len(data)]):
+        if scenario not in family_of:
+            raise DatasetError(
+                f"{data.path / 'scenario'}: sample {i}'s scenario {scenario!r} is not in bank {bank_name!r}"
+            )
+        out[i] = weights.get(family_of[scenario], 1.0)
+    return out
+
+
 def draw_weights(data: DrivingDataset, train: TrainSection) -> np.ndarray:
     """How often each sample is drawn relative to the others: the largest of its meta-action weight and
-    its hazard weight (all 1 when the recipe weights nothing)."""
+    its hazard weight, times its family's weight (all 1 when the recipe weights nothing)."""
     weights = meta_action_weights(data, train.meta_action_weights)
     if train.hazard_weight != 1.0:
         weights = np.maximum(weights, hazard_weights(data, train.hazard_ttc_s, train.hazard_weight))
-    return weights
+    return weights * family_weights(data, train.family_weights)
 
 
 def learning_rate(step: int, cfg: TrainSection, total: int | None = None) -> float:

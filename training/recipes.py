@@ -99,6 +99,9 @@ class TrainSection(_Section):
     # braking car ahead comes close fast are 3% of its data; they need the data's perception targets
     hazard_weight: float = Field(1.0, ge=1)
     hazard_ttc_s: float = Field(4.0, gt=0)
+    # a sample's draw weight is also multiplied by its scenario family's weight here (1 for a family not
+    # named): the families' shares of the batches, which otherwise follow how many samples each has
+    family_weights: dict[str, float] = Field(default_factory=dict)
     # weight of the perception probe's loss: the image tokens regress what is ahead (the car in the lane, its
     # gap and closing speed, a red light; agents/vla/perception.py), recorded with the data. 0: no probe
     perception_weight: float = Field(0.0, ge=0)
@@ -117,7 +120,7 @@ class TrainSection(_Section):
     @property
     def weights_draws(self) -> bool:
         """Whether some samples are drawn more often than others (else each once per epoch)."""
-        return bool(self.meta_action_weights) or self.hazard_weight != 1.0
+        return bool(self.meta_action_weights) or self.hazard_weight != 1.0 or bool(self.family_weights)
 
     @model_validator(mode="after")
     def _something_learns(self) -> TrainSection:
@@ -133,6 +136,9 @@ class TrainSection(_Section):
                 raise ValueError(f"meta_action_weights: {name!r} is not a meta-action (one of {known})")
             if not weight > 0:
                 raise ValueError(f"meta_action_weights.{name}: {weight} must be > 0")
+        for name, weight in self.family_weights.items():
+            if not weight > 0:
+                raise ValueError(f"family_weights.{name}: {weight} must be > 0")
         return self
 
     bf16: bool = True  # on CUDA only

@@ -320,8 +320,11 @@ def test_a_run_out_stops_before_the_route_ends_and_is_refused_before_the_end():
     with pytest.raises(RuntimeError, match="after the episode has ended"):
         env.run_out(lambda o: expert.act(o).trajectory, 64)
     drive_to_the_end(env, expert, "pedestrian_crossing-000")
+    held = env.ego_track
+    end = list(held)
     ran_on = env.run_out(lambda o: expert.act(o).trajectory, 64)
     assert 0 < len(ran_on) < 64
+    assert held == end  # the episode's poses a caller holds did not grow (`held + ran_on` is the driving)
     route_end = env.world.compiled.route_xy[-1]
     assert np.hypot(ran_on[-1].x - route_end[0], ran_on[-1].y - route_end[1]) > 1.0
     assert env.ego_track[-1].t < ran_on[0].t  # (the env is back at the episode's end)

@@ -92,6 +92,19 @@ def test_weighted_draws_follow_their_weights_and_all_zero_weights_draw_uniformly
     np.testing.assert_array_equal(WeightedSampler(np.zeros(4), seed=0).p, np.full(4, 0.25))
 
 
+def _draws_follow(batches, weights, marked, straight_run, expected) -> np.ndarray:
+    """The expert's samples are drawn in proportion to ``weights`` (the ``marked`` ones as often as their
+    weights say), and the rounds' samples, once added, by ``expected`` too; the rounds' weights returned."""
+    np.testing.assert_allclose(batches.sampler.p, weights / weights.sum())
+    drawn = np.concatenate([batches.sampler.next(64) for _ in range(60)])
+    np.testing.assert_allclose(marked[drawn].mean(), (weights * marked).sum() / weights.sum(), atol=0.03)
+    for r in (1, 2):
+        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)), r)
+    on_policy = np.concatenate([expected(d) for d in batches.rounds])
+    np.testing.assert_allclose(batches.on_policy.p, on_policy / on_policy.sum())
+    return on_policy
+
+
 def test_meta_action_weights_draw_a_rare_manoeuvre_that_much_more_often_and_resume_exactly(
     dataset, straight_run, tmp_path
 ):
@@ -107,16 +120,9 @@ def test_meta_action_weights_draw_a_rare_manoeuvre_that_much_more_often_and_resu
         labels = [set(json.loads(x)) for x in data.text["meta_actions"]]
         return np.array([5.0 if rare in x else 2.0 if "accelerate" in x else 1.0 for x in labels])
 
-    want = expected(expert)
     batches = dagger.MixedBatches(expert, recipe)
-    np.testing.assert_allclose(batches.sampler.p, want / want.sum())
-    drawn = np.concatenate([batches.sampler.next(64) for _ in range(60)])
-    np.testing.assert_allclose(has[drawn].mean(), (want * has).sum() / want.sum(), atol=0.03)
-    for r in (1, 2):  # the rounds' samples are weighted by their labels too
-        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)), r)
-    on_policy = np.concatenate([expected(d) for d in batches.rounds])
+    on_policy = _draws_follow(batches, expected(expert), has, straight_run, expected)  # the rounds' by labels too
     assert len(set(on_policy)) > 1
-    np.testing.assert_allclose(batches.on_policy.p, on_policy / on_policy.sum())
     # a checkpoint's state gives the same draws again
     state, targets = batches.state(), [batches.next(8).targets for _ in range(3)]
     again = dagger.MixedBatches(DrivingDataset(dataset), recipe)
@@ -127,6 +133,28 @@ def test_meta_action_weights_draw_a_rare_manoeuvre_that_much_more_often_and_resu
         load_recipe(dagger_recipe(tmp_path, dataset), ["train.meta_action_weights={swerve = 2.0}"])
     with pytest.raises(RecipeError, match=r"meta_action_weights\.stop: 0\.0 must be > 0"):
         load_recipe(dagger_recipe(tmp_path, dataset), ["train.meta_action_weights={stop = 0.0}"])
+
+
+def test_family_weights_multiply_each_samples_draw_weight_by_its_scenario_familys(dataset, straight_run, tmp_path):
+    expert = DrivingDataset(dataset)
+    curve = np.array([s.startswith("curve-") for s in expert.text["scenario"]])  # smoke: curve-000, lead_brake-000
+    assert 0 < curve.sum() < len(curve)
+    settings = ["train.family_weights={curve = 3.0}", "train.meta_action_weights={decelerate = 2.0}"]
+    recipe = load_recipe(dagger_recipe(tmp_path, dataset), DAGGER[1::2] + settings)
+
+    def expected(data: DrivingDataset) -> np.ndarray:  # the meta-action weight times the family's (curve: 3)
+        slows = np.array(["decelerate" in set(json.loads(x)) for x in data.text["meta_actions"]])
+        family = np.array([3.0 if s.startswith("curve-") else 1.0 for s in data.text["scenario"]])
+        return np.where(slows, 2.0, 1.0) * family
+
+    want = expected(expert)
+    assert len(set(want)) > 2  # both weights vary over the samples
+    _draws_follow(dagger.MixedBatches(expert, recipe), want, curve, straight_run, expected)  # the rounds' too
+    misspelt = load_recipe(dagger_recipe(tmp_path, dataset), DAGGER[1::2] + ["train.family_weights={curves = 2.0}"])
+    with pytest.raises(DatasetError, match=r"\['curves'\] are no family of bank 'smoke'.*'lead_brake'"):
+        dagger.MixedBatches(expert, misspelt)
+    with pytest.raises(RecipeError, match=r"family_weights\.curve: 0\.0 must be > 0"):
+        load_recipe(dagger_recipe(tmp_path, dataset), ["train.family_weights={curve = 0.0}"])
 
 
 def test_hazard_weight_draws_the_states_near_the_car_ahead_that_much_more_often(dataset, straight_run, tmp_path):
@@ -159,14 +187,7 @@ def test_hazard_weight_draws_the_states_near_the_car_ahead_that_much_more_often(
 
     want = expected(expert)
     assert set(want) >= {1.0, 3.0}
-    batches = dagger.MixedBatches(expert, recipe)
-    np.testing.assert_allclose(batches.sampler.p, want / want.sum())
-    drawn = np.concatenate([batches.sampler.next(64) for _ in range(60)])
-    np.testing.assert_allclose(near[drawn].mean(), (want * near).sum() / want.sum(), atol=0.03)
-    for r in (1, 2):  # the rounds' samples are weighted the same way
-        batches.add_round(DrivingDataset(dagger.round_data(straight_run, r)), r)
-    on_policy = np.concatenate([expected(d) for d in batches.rounds])
-    np.testing.assert_allclose(batches.on_policy.p, on_policy / on_policy.sum())
+    _draws_follow(dagger.MixedBatches(expert, recipe), want, near, straight_run, expected)  # the rounds' too
     with pytest.raises(RecipeError, match="hazard_weight"):
         load_recipe(dagger_recipe(tmp_path, dataset), ["train.hazard_weight=0.5"])
 

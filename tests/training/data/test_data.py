@@ -137,7 +137,9 @@ def test_an_episodes_last_decisions_learn_the_future_driven_on_past_its_end(data
     env = LoopDriveEnv(bank="smoke", n_frames=1, observations=("ego_state",))
     expert = load_agent("expert")
     drive_to_the_end(env, expert, "lead_brake-000")
-    track = env.ego_track + env.run_out(lambda o: expert.act(o).trajectory, 64)
+    episode = list(env.ego_track)
+    track = episode + env.run_out(lambda o: expert.act(o).trajectory, 64)
+    assert env.ego_track == episode
     k = round(float(b.arrays["t"][last]) * 10)
     assert k + 64 >= len(env.ego_track)  # (a decision of the last 6.4 s)
     np.testing.assert_array_equal(b.arrays["target"][last], future_in_ego_frame(track, k))
@@ -147,6 +149,33 @@ def test_an_episodes_last_decisions_learn_the_future_driven_on_past_its_end(data
     with pytest.raises(DatasetError, match="other settings"):
         collect(collect_settings(run_out=True), ran_on, progress=False)
     assert collect(collect_settings(), ran_on, progress=False)["samples"] == len(b)
+
+
+def test_a_run_out_cut_short_by_the_routes_end_gives_futures_that_only_go_forward(tmp_path):
+    """pedestrian_crossing-000's route ends 1 s of driving past its goal (a run-out of 10 world steps):
+    the last decisions whose future fits in that are driven on, the rest dropped; no future holds the
+    run-out's poses twice (jumping back to where the car had been, as it did when the run-out grew the
+    episode's poses the collection held)."""
+    from envs import LoopDriveEnv
+
+    path = tmp_path / "short_run_out.zarr"
+    collect(
+        collect_settings(scenarios=["pedestrian_crossing-000"], perturb_fraction=0.0, run_out=True),
+        path,
+        progress=False,
+    )
+    data = DrivingDataset(path)
+    assert data.card["labels"]["run_out"] > 0 and data.card["labels"]["short_future"] > 0
+    steps = np.diff(data.arrays["target"][..., :2], axis=1)
+    assert (np.einsum("nki,nki->nk", steps[:, 1:], steps[:, :-1]) > -1e-6).all()  # each step onward
+    env = LoopDriveEnv(bank="smoke", n_frames=1, observations=("ego_state",))
+    expert = load_agent("expert")
+    drive_to_the_end(env, expert, "pedestrian_crossing-000")
+    track = list(env.ego_track) + env.run_out(lambda o: expert.act(o).trajectory, 64)
+    last = int(np.argmax(data.arrays["t"]))
+    k = round(float(data.arrays["t"][last]) * 10)
+    assert len(env.ego_track) <= k + 64 < len(track)  # a decision of the last 6.4 s, its future driven on
+    np.testing.assert_array_equal(data.arrays["target"][last], future_in_ego_frame(track, k))
 
 
 def test_collect_the_agents_plan_as_the_target(dataset, tmp_path):
