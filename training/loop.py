@@ -3,6 +3,7 @@ the seeded order they read it in, and the learning-rate schedule."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -100,7 +101,7 @@ def family_weights(data: DrivingDataset, weights: Mapping[str, float]) -> np.nda
     if not weights:
         return out
     bank_name = data.card["source"]["bank"]
-    family_of = {s.id: s.family for s in load_bank(bank_name).scenarios}
+    family_of = _scenario_families(bank_name)
     unknown = sorted(set(weights) - set(family_of.values()))
     if unknown:
         raise DatasetError(
@@ -114,6 +115,13 @@ def family_weights(data: DrivingDataset, weights: Mapping[str, float]) -> np.nda
             )
         out[i] = weights.get(family_of[scenario], 1.0)
     return out
+
+
+@functools.cache
+def _scenario_families(bank_name: str) -> dict[str, str]:
+    """Scenario id -> family for a bank, read once per process: the DAgger rounds' samplers ask again
+    for every round's data each time a round is added."""
+    return {s.id: s.family for s in load_bank(bank_name).scenarios}
 
 
 def draw_weights(data: DrivingDataset, train: TrainSection) -> np.ndarray:
