@@ -2,10 +2,10 @@
 
 The plan is anchored at the ego pose of the decision that produced it and tracked until the next
 one. Lateral control is curvature feed-forward plus feedback on lateral and heading error, with
-gains scaled by speed so the linearised error dynamics have the same natural frequency and damping
-at every speed (exact on a kinematic bicycle in steady state: a 15 m radius curve at 8 m/s is
-tracked within centimetres). Longitudinal control follows the plan's time
-parameterisation: feed-forward acceleration plus feedback on speed and along-track position.
+gains scaled by speed and the heading error taken with the slip angle that the command itself sets
+(a 15 m radius curve at 8 m/s is tracked within centimetres, the wheel steady). Longitudinal
+control follows the plan's time parameterisation: feed-forward acceleration plus feedback on speed
+and along-track position.
 Outputs respect AlpaSim's limits (accel [-8, 6] m/s^2, steer +-45 deg), applied by the world.
 """
 
@@ -52,8 +52,8 @@ class TrajectoryController:
         self.plan_xy = self.path_xy
         self.elapsed = 0.0
 
-    def control(self, x: float, y: float, yaw: float, speed: float, steer: float = 0.0) -> tuple[float, float]:
-        """(accel, steer) for the next DT given the current ego state (and current wheel angle)."""
+    def control(self, x: float, y: float, yaw: float, speed: float) -> tuple[float, float]:
+        """(accel, steer) for the next DT given the current ego pose and speed."""
         if self.plan_xy is None:
             return -3.0, 0.0
         g = self.g
@@ -70,7 +70,6 @@ class TrajectoryController:
             y,
             yaw,
             speed,
-            steer,
             g.omega,
             g.zeta,
             g.k_speed,
@@ -156,6 +155,29 @@ def _project(path, path_s, head, px, py, seg):
 
 
 @njit(cache=True)
+def _wrap(angle):
+    return (angle + math.pi) % (2 * math.pi) - math.pi
+
+
+@njit(cache=True)
+def _curvature_command(kappa, e_lat, e_yaw, k_lat, k_head):
+    """The curvature ``c`` with ``c = kappa - k_lat e_lat - k_head (e_yaw + slip(c))``.
+
+    The centre of mass moves along yaw + slip, and the slip is the one the commanded wheel angle sets
+    (tan(slip) = wheelbase c / 2), so the heading error is solved for together with the command. Taken
+    from the wheel angle of the moment instead, each step's steer entered the next one's heading error
+    with a gain above one, and the wheel swung between the ends of its rate limit at every step in
+    every turn. ``f(c)`` rises monotonically: Newton's steps from the small-angle solution.
+    """
+    half = 0.5 * WHEELBASE
+    c = (kappa - k_lat * e_lat - k_head * e_yaw) / (1.0 + k_head * half)
+    for _ in range(3):
+        f = c - kappa + k_lat * e_lat + k_head * (e_yaw + math.atan(half * c))
+        c -= f / (1.0 + k_head * half / (1.0 + (half * c) ** 2))
+    return c
+
+
+@njit(cache=True)
 def _time_profile(path_s, s_anchor, speed):
     """Arc length and speed at t = 0, 0.1, ..., 6.4 s: the ego's projection first, then the waypoints."""
     m = path_s.shape[0]
@@ -188,7 +210,6 @@ def _control(
     y,
     yaw,
     speed,
-    steer,
     omega,
     zeta,
     k_speed,
@@ -200,15 +221,15 @@ def _control(
     v_ref = np.interp(now + preview, t_ref, plan_v)
     a_ff = (np.interp(now + DT + preview, t_ref, plan_v) - v_ref) / DT
     s_ego, e_lat, h_path, seg = _project(path, path_s, head, x, y, seg)
-    # the centre of mass moves along yaw + slip angle, not along yaw
-    slip = math.atan(0.5 * math.tan(steer))
-    e_head = (yaw + slip - h_path + math.pi) % (2 * math.pi) - math.pi
     cmd_steer = 0.0
     if path_s[-1] - s_ego > 0.3:  # the plan still moves: curvature feed-forward + feedback
         kappa = np.interp(s_ego + max(speed, 1.0) * preview, path_s, kappa_path)
-        # e'' = v^2 kappa on a kinematic bicycle: these gains give omega / zeta at every speed
+        # e'' = v^2 kappa: these gains give omega / zeta at every speed for a point moving along its
+        # yaw; the slip solved with the command (a wheel angle moves the centre of mass's direction at
+        # once) slows that response, to about 2 rad/s at 8 m/s
         v_eff = max(speed, 3.0)
-        kappa_cmd = kappa - (omega / v_eff) ** 2 * e_lat - 2.0 * zeta * omega / v_eff * e_head
+        k_lat, k_head = (omega / v_eff) ** 2, 2.0 * zeta * omega / v_eff
+        kappa_cmd = _curvature_command(kappa, e_lat, _wrap(yaw - h_path), k_lat, k_head)
         cmd_steer = math.atan(WHEELBASE * kappa_cmd)
     accel = a_ff + k_speed * (v_ref - speed) + k_position * (s_ref - s_ego)
     if v_ref < 0.05 and s_ref - s_ego < 0.3:

@@ -111,8 +111,8 @@ class DriveEnv(gym.Env):
         """Begin an episode of ``scenario`` (``seed``: the episode's randomness) and fill the history."""
         raise NotImplementedError
 
-    def _pose(self) -> tuple[float, float, float, float, float]:
-        """The ego's x, y, yaw, speed and current wheel angle."""
+    def _pose(self) -> tuple[float, float, float, float]:
+        """The ego's x, y, yaw and speed."""
         raise NotImplementedError
 
     def _advance(self, accel: float, steer: float) -> list[Event]:
@@ -198,7 +198,7 @@ class DriveEnv(gym.Env):
             return self._end_on_invalid_action(e)
         reference = self._reference() if control is None and self.composer.needs_reference else None
         if control is None:
-            x, y, yaw, speed, _ = self._pose()
+            x, y, yaw, speed = self._pose()
             self.controller.set_plan(action, x, y, yaw, speed)
         return self._decide(action, control, reference)
 
@@ -284,7 +284,7 @@ class DriveEnv(gym.Env):
         if "cameras" in keys:
             out["cameras"] = self._frames[:, :: self._slots_apart].copy()
         if "ego_history" in keys:
-            x, y, yaw, _, _ = self._pose()
+            x, y, yaw, _ = self._pose()
             out["ego_history"] = self.history.observe_from(x, y, yaw)
         if "ego_state" in keys:
             out["ego_state"] = self._ego_state_vector()

@@ -168,9 +168,9 @@ class LoopDriveEnv(DriveEnv):
         if self.imagined is not None:
             self.imagined.start(self._frames, seed=self._world_seed)
 
-    def _pose(self) -> tuple[float, float, float, float, float]:
+    def _pose(self) -> tuple[float, float, float, float]:
         st = self.world.state
-        return float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]), st.steer
+        return float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0])
 
     def _advance(self, accel: float, steer: float) -> list[Event]:
         events = self.world.step(accel, steer)

@@ -143,9 +143,8 @@ class CarlaDriveEnv(DriveEnv):
         self.history.fill(*first.ego)
         self._frame = first
 
-    def _pose(self) -> tuple[float, float, float, float, float]:
-        x, y, yaw, speed = self.world.frame.ego
-        return x, y, yaw, speed, self.world.steer
+    def _pose(self) -> tuple[float, float, float, float]:
+        return self.world.frame.ego
 
     def _advance(self, accel: float, steer: float) -> list[Event]:
         ep = self.world

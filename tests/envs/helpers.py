@@ -30,9 +30,7 @@ def drive_world(world: World, plan_fn, seconds: float, every: int = 5) -> list[d
         st = world.state
         if k % every == 0:
             ctl.set_plan(plan_fn(world), float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]))
-        events += world.step(
-            *ctl.control(float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]), st.steer)
-        )
+        events += world.step(*ctl.control(float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0])))
     return events
 
 

@@ -285,7 +285,7 @@ def test_the_expert_passes_a_parked_obstacle_and_stops_for_a_hard_braking_leader
         st = world.state
         if k % 5 == 0:
             ctl.set_plan(expert.act().trajectory, float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]))
-        world.step(*ctl.control(float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]), st.steer))
+        world.step(*ctl.control(float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0])))
         if world.state.progress > 230.0:
             passed = True
             break
