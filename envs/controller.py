@@ -156,6 +156,7 @@ def _project(path, path_s, head, px, py, seg):
 
 @njit(cache=True)
 def _wrap(angle):
+    """An angle in [-pi, pi)."""
     return (angle + math.pi) % (2 * math.pi) - math.pi
 
 
