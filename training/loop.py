@@ -93,6 +93,16 @@ def hazard_weights(data: DrivingDataset, ttc_s: float, weight: float) -> np.ndar
     return np.where(ttc < ttc_s, weight, 1.0)
 
 
+def perception_loss_weights(perception: np.ndarray, train: TrainSection) -> np.ndarray | None:
+    """Each sample's weight in the perception probe's loss, from a batch's recorded ``perception`` targets:
+    ``perception_hazard_weight`` where the car ahead is under ``hazard_ttc_s`` seconds away at its closing
+    speed (as :func:`hazard_weights` picks), else 1; None when the recipe weights nothing."""
+    if train.perception_hazard_weight == 1.0:
+        return None
+    near = time_to_lead(perception) < train.hazard_ttc_s
+    return np.where(near, train.perception_hazard_weight, 1.0).astype(np.float32)
+
+
 def family_weights(data: DrivingDataset, weights: Mapping[str, float]) -> np.ndarray:
     """Each sample's draw weight from its scenario's family (1 for a family not named): a family's share
     of the batches, which a dataset's counts set otherwise. The families are read from the data's bank;

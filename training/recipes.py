@@ -98,13 +98,17 @@ class TrainSection(_Section):
     # often (the largest of this and its meta-action weight): the expert brakes early, so the states where a
     # braking car ahead comes close fast are 3% of its data; they need the data's perception targets
     hazard_weight: float = Field(1.0, ge=1)
-    hazard_ttc_s: float = Field(4.0, gt=0)
+    hazard_ttc_s: float = Field(4.0, gt=0)  # (the states perception_hazard_weight weights, too)
     # a sample's draw weight is also multiplied by its scenario family's weight here (1 for a family not
     # named): the families' shares of the batches, which otherwise follow how many samples each has
     family_weights: dict[str, float] = Field(default_factory=dict)
     # weight of the perception probe's loss: the image tokens regress what is ahead (the car in the lane, its
     # gap and closing speed, a red light; agents/vla/perception.py), recorded with the data. 0: no probe
     perception_weight: float = Field(0.0, ge=0)
+    # the probe's loss on a sample under hazard_ttc_s seconds from the car ahead counts that many times (the
+    # draws unchanged, so the plan's data is too): the probe reads a car close ahead where it trained on such
+    # frames often and misreads the policy's own, drawn well under once each in the DAgger rounds
+    perception_hazard_weight: float = Field(1.0, ge=1)
     # weight of the manoeuvre head's loss: which way the future leaves the lane (keep, change left, change
     # right; agents/vla/manoeuvre.py), from the data's meta-actions; [model] manoeuvre_in_state plans its choice
     manoeuvre_weight: float = Field(0.0, ge=0)
@@ -139,6 +143,8 @@ class TrainSection(_Section):
         for name, weight in self.family_weights.items():
             if not weight > 0:
                 raise ValueError(f"family_weights.{name}: {weight} must be > 0")
+        if self.perception_hazard_weight != 1.0 and self.perception_weight == 0:
+            raise ValueError("perception_hazard_weight weights the perception probe's loss; set perception_weight > 0")
         return self
 
     bf16: bool = True  # on CUDA only

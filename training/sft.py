@@ -33,7 +33,7 @@ from training.averaging import WeightAverage
 from training.checkpoints import Checkpointer, latest_checkpoint, load_trained_weights, restore_trainer
 from training.data import DatasetError, DrivingDataset
 from training.data.labels import MANOEUVRES, manoeuvre_under_way
-from training.loop import learning_rate, prepare_run
+from training.loop import learning_rate, perception_loss_weights, prepare_run
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, finish, last_step_of_this_run
 from training.recipes import SFTRecipe, TrainSection
@@ -244,6 +244,8 @@ def train_sft(
             batch = batches.next(cfg.batch_size)
             if "perception" in weights:  # only a VLA with a probe takes them (an Alpamayo-R1 was refused above)
                 options["perception"] = torch.from_numpy(batch.perception)
+                if (probe_weights := perception_loss_weights(batch.perception, cfg)) is not None:
+                    options["perception_weights"] = torch.from_numpy(probe_weights)
             if batch.actions is not None:
                 options["actions"] = torch.from_numpy(batch.actions)
             if give_manoeuvres:

@@ -736,6 +736,7 @@ class VLA(nn.Module, TrainableParts):
         perception: torch.Tensor | None = None,
         manoeuvres: torch.Tensor | None = None,
         actions: torch.Tensor | None = None,
+        perception_weights: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing).
 
@@ -751,7 +752,8 @@ class VLA(nn.Module, TrainableParts):
         rate, steering read as the data's mean), which the context's ego-history tokens and cameras
         still carry: a head that leans on its speed input copies what most samples at that speed do
         (Codevilla et al. 2019's inertia problem). ``perception`` ``[B, perception_targets]``: the privileged
-        targets the perception probe regresses from the image tokens (mean squared error, as "perception").
+        targets the perception probe regresses from the image tokens (mean squared error, as "perception"),
+        each sample's error times its ``perception_weights`` ``[B]`` when given.
         ``manoeuvres`` ``[B]``: the data's manoeuvre classes, which the manoeuvre head learns to choose
         (cross-entropy, as "manoeuvre") and, with ``manoeuvre_in_state`` or ``manoeuvre_origin``, the plan is given
         (teacher forcing). ``actions`` ``[B, 64, 2]``: the trajectories as (accel, lateral) actions when the
@@ -797,7 +799,10 @@ class VLA(nn.Module, TrainableParts):
         flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state, origin=origin)
         losses = {"text": text, "flow": flow}
         if perception is not None:
-            losses["perception"] = F.mse_loss(batch["perceived"], perception.to(batch["perceived"]))
+            error = (batch["perceived"] - perception.to(batch["perceived"])).square().mean(-1)
+            if perception_weights is not None:
+                error = error * perception_weights.to(error)
+            losses["perception"] = error.mean()
         if manoeuvres is not None:
             losses["manoeuvre"] = F.cross_entropy(batch["manoeuvre_logits"], batch["manoeuvre"])
         return losses

@@ -1,8 +1,10 @@
-"""Shared by the training tests: the smoke data set-up, a tiny SFT recipe, reading a run's weights and metrics."""
+"""Shared by the training tests: the smoke data set-up (and a copy with cars closing in), a tiny SFT recipe,
+reading a run's weights and metrics."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -51,3 +53,21 @@ def metrics_of(run: Path) -> list[dict]:
     for r in rows:
         r.pop("samples_per_s", None)
     return rows
+
+
+def closing_copy(data: Path, tmp: Path) -> Path:
+    """A copy of smoke data (whose scenarios have no car closing in) where every third state has a car 20 m
+    ahead closing at 10 m/s (2 s away) and every third but one a car 45 m ahead at 10 m/s (4.5 s)."""
+    import zarr
+
+    from training.data.labels import PERCEPTION_TARGETS
+
+    copy = tmp / "closing.zarr"
+    shutil.copytree(data, copy)
+    perception = zarr.open_array(str(copy / "perception"), mode="r+")
+    values = perception[:]
+    gap, closing = PERCEPTION_TARGETS.index("lead_gap"), PERCEPTION_TARGETS.index("lead_closing_speed")
+    values[::3, gap], values[::3, closing] = 20.0 / 60.0, 1.0
+    values[1::3, gap], values[1::3, closing] = 45.0 / 60.0, 1.0
+    perception[:] = values
+    return copy

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agents import load_agent
-from tests.training.helpers import metrics_of, sft_recipe, weights_of
+from tests.training.helpers import closing_copy, metrics_of, sft_recipe, weights_of
 from training import checkpoints as ckpt_mod
 from training.recipes import load_recipe
 from training.run import main as run_main
@@ -199,6 +199,34 @@ def test_the_perception_probe_trains_is_saved_resumes_exactly_and_needs_data_tha
     old_recipe = sft_recipe(tmp_path, old, steps=1, perception_weight=1.0)
     assert run_main(["--config", str(old_recipe), "--run-dir", str(tmp_path / "old_run")]) == 2
     assert f"{old}: no perception array" in capsys.readouterr().err
+
+
+def test_perception_hazard_weight_counts_the_probes_loss_near_the_car_ahead_that_many_times(dataset, tmp_path):
+    """``perception_hazard_weight`` multiplies the probe's loss on the states ``hazard_weight`` would draw more
+    often (under ``hazard_ttc_s`` from the car ahead) and leaves the draws, and so the plan's loss, alone;
+    without a probe to weight it is refused."""
+    from training.data import DrivingDataset
+    from training.data.labels import time_to_lead
+    from training.loop import perception_loss_weights
+    from training.recipes import RecipeError, TrainSection
+
+    copy = closing_copy(dataset, tmp_path)
+    perception = DrivingDataset(copy).arrays["perception"][:]
+    near = time_to_lead(perception) < 4.0
+    assert near.any() and not near.all()
+    weighted = TrainSection(perception_weight=1.0, perception_hazard_weight=3.0)
+    np.testing.assert_array_equal(perception_loss_weights(perception, weighted), np.where(near, 3.0, 1.0))
+    assert perception_loss_weights(perception, TrainSection(perception_weight=1.0)) is None
+
+    first = {}
+    for w in (1.0, 3.0):
+        recipe = sft_recipe(tmp_path, copy, steps=1, perception_weight=1.0, perception_hazard_weight=w)
+        assert run_main(["--config", str(recipe), "--run-dir", str(tmp_path / f"w{w}")]) == 0
+        first[w] = next(r for r in metrics_of(tmp_path / f"w{w}") if "loss/flow" in r)
+    assert first[3.0]["loss/flow"] == first[1.0]["loss/flow"]  # the same batch, the same plan loss
+    assert first[3.0]["loss/perception"] > first[1.0]["loss/perception"]
+    with pytest.raises(RecipeError, match=r"perception_hazard_weight.*perception_weight > 0"):
+        load_recipe(sft_recipe(tmp_path, copy, steps=1, perception_hazard_weight=2.0), [])
 
 
 def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_datas_manoeuvres(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.training.helpers import metrics_of, sft_recipe, weights_of
+from tests.training.helpers import closing_copy, metrics_of, sft_recipe, weights_of
 from training import dagger
 from training.data import DatasetError, DrivingDataset, card_path
 from training.recipes import RecipeError, load_recipe
@@ -158,22 +158,9 @@ def test_family_weights_multiply_each_samples_draw_weight_by_its_scenario_family
 
 
 def test_hazard_weight_draws_the_states_near_the_car_ahead_that_much_more_often(dataset, straight_run, tmp_path):
-    import shutil
+    from training.data.labels import time_to_lead
 
-    import zarr
-
-    from training.data.labels import PERCEPTION_TARGETS, time_to_lead
-
-    # the smoke scenarios have no car closing in: a copy of their data where every third state has one
-    # 20 m ahead closing at 10 m/s (2 s away) and every third but one a car 45 m ahead at 10 m/s (4.5 s)
-    copy = tmp_path / "closing.zarr"
-    shutil.copytree(dataset, copy)
-    perception = zarr.open_array(str(copy / "perception"), mode="r+")
-    values = perception[:]
-    gap, closing = PERCEPTION_TARGETS.index("lead_gap"), PERCEPTION_TARGETS.index("lead_closing_speed")
-    values[::3, gap], values[::3, closing] = 20.0 / 60.0, 1.0
-    values[1::3, gap], values[1::3, closing] = 45.0 / 60.0, 1.0
-    perception[:] = values
+    copy = closing_copy(dataset, tmp_path)
     expert = DrivingDataset(copy)
     near = time_to_lead(expert.arrays["perception"][:]) < 4.0
     np.testing.assert_array_equal(near, np.arange(len(expert)) % 3 == 0)

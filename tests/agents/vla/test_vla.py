@@ -437,6 +437,11 @@ def test_the_perception_probe_pools_image_tokens_of_the_last_layers_input_and_tr
             w = torch.softmax(probe.score(h), 0)
             seen.append((w * probe.value(h)).sum(0))
         torch.testing.assert_close(losses["perception"], ((torch.stack(seen) - wanted) ** 2).mean())
+        weighted = model.losses(
+            observations, reasoning, target, perception=wanted, perception_weights=torch.tensor([1.0, 4.0])
+        )["perception"]  # each sample's mean squared error times its weight, averaged over the batch
+        by_sample = ((torch.stack(seen) - wanted) ** 2).mean(-1)
+        torch.testing.assert_close(weighted, (by_sample[0] + 4.0 * by_sample[1]) / 2)
         moved = hidden.clone()
         moved[~images] += 5.0  # the text tokens' states alone
         torch.testing.assert_close(probe(moved, images), probe(hidden, images))
