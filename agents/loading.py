@@ -2,7 +2,8 @@
 driving style: a close follower's states, labelled by the expert, are data the expert's own lack),
 ``constant_velocity``, ``stop``, ``vla:PATH`` (a saved VLA;
 ``vla:PATH?reasoning=0`` for trajectory only, ``&noise=0`` for the deterministic plan, ``&steps=N`` for
-N denoising steps instead of the model's own, ``&guidance=W`` for context guidance), ``alpamayo:PATH``
+N denoising steps instead of the model's own, ``&guidance=W`` for context guidance, ``&hold=N`` to hold a
+lane change, ``&perception=oracle`` for the privileged world's answers in place of the probe's), ``alpamayo:PATH``
 (a checkpoint in Alpamayo-R1's released layout; ``?base=DIR`` for its base VLM folder), ``sb3:PATH``
 (a stable-baselines3 zip, loaded without pickle), or ``my_pkg.agents:MyAgent``."""
 
@@ -26,6 +27,7 @@ VLA_OPTIONS = {
     "steps": "<n >= 1>",
     "guidance": "<w> or <w_accel>,<w_lateral>",
     "hold": "<decisions >= 0>",
+    "perception": "probe|oracle",
 }
 # expert?option=value&...: the expert's driving style (its constructor's arguments)
 EXPERT_OPTIONS = {"time_headway": "<s > 0>", "min_gap": "<m > 0>", "caution_speed": "<m/s > 0>"}
@@ -102,8 +104,9 @@ def load_agent(spec: str) -> Agent:
                 flow_steps=int(steps) or None,
                 guidance=guidance,
                 hold=int(hold),
+                perception=options.get("perception", "probe"),
             )
-        except ValueError as e:  # a damaged checkpoint (CheckpointError), or guidance or a hold it cannot do
+        except ValueError as e:  # a damaged checkpoint (CheckpointError), or an option it cannot do
             raise AgentSpecError(f"agent {spec!r}: {e}") from None
     if spec.startswith("alpamayo:"):
         from agents.alpamayo.agent import AlpamayoAgent

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agents.vla.perception import time_to_lead
 from loopdrive.seeding import rng as seeded_rng
 from scenarios.banks import load_bank
 from training.checkpoints import clean_stale
 from training.data import DatasetError, DrivingDataset, collect
-from training.data.labels import time_to_lead
 from training.recipes import DataSection, TrainSection
 
 
@@ -82,7 +82,7 @@ def meta_action_weights(data: DrivingDataset, weights: Mapping[str, float]) -> n
 
 def hazard_weights(data: DrivingDataset, ttc_s: float, weight: float) -> np.ndarray:
     """Each sample's draw weight: ``weight`` where the car ahead is less than ``ttc_s`` seconds away at
-    the recorded closing speed (``training.data.labels.time_to_lead``), else 1. The expert brakes early,
+    the recorded closing speed (``agents.vla.perception.time_to_lead``), else 1. The expert brakes early,
     so those states are rare in its data (203 of core train's 6,841 within 4 s)."""
     if "perception" not in data.arrays:
         raise DatasetError(

@@ -90,6 +90,10 @@ class TrainSection(_Section):
     # the share of those draws whose state token hides the ego motion (speed, acceleration, yaw rate, steering),
     # which the context still carries (ego history, cameras): against a head that leans on its speed input
     flow_motion_dropout: float = Field(0.0, ge=0, le=1)
+    # the share of those draws whose state token (with [model] perception_in_state) is given the data's
+    # perception targets where the probe's reading goes: the plan learns from a reading that is right from the
+    # first step (the probe's own is random at first and misreads the policy's states later)
+    flow_perception_truth: float = Field(0.0, ge=0, le=1)
     # draw a sample whose target shows one of these meta-actions that many times as often as the others
     # (the largest weight it has): the expert's lane changes are 6% of its samples, and a plan that never
     # leaves its lane is what most samples teach
@@ -143,6 +147,8 @@ class TrainSection(_Section):
         for name, weight in self.family_weights.items():
             if not weight > 0:
                 raise ValueError(f"family_weights.{name}: {weight} must be > 0")
+        if self.flow_perception_truth > 0 and self.perception_weight == 0:
+            raise ValueError("flow_perception_truth gives the plan the probe's targets; set perception_weight > 0")
         if self.perception_hazard_weight != 1.0 and self.perception_weight == 0:
             raise ValueError("perception_hazard_weight weights the perception probe's loss; set perception_weight > 0")
         return self

@@ -118,6 +118,7 @@ FLOW_DRAW_OPTIONS = {
     "flow_prompt_only": ("prompt_only", "an Alpamayo-R1 policy always plans after its reasoning"),
     "flow_unconditional": ("unconditional", "context guidance is a LoopDrive VLA option"),
     "flow_motion_dropout": ("motion_dropout", "the state token is a LoopDrive VLA part"),
+    "flow_perception_truth": ("perception_truth", "the state token is a LoopDrive VLA part"),
 }
 
 
@@ -170,6 +171,8 @@ def train_sft(
         model.config.flow_unconditional = cfg.flow_unconditional  # its checkpoints can be guided
     if cfg.perception_weight > 0:
         add_perception_probe(model, dataset)
+    if cfg.flow_perception_truth > 0 and not model.config.perception_in_state:
+        raise ValueError("train.flow_perception_truth: the plan reads no probe; set [model] perception_in_state = true")
     if cfg.manoeuvre_weight > 0:
         if isinstance(model, AlpamayoR1):
             raise ValueError("train.manoeuvre_weight: the manoeuvre head is a LoopDrive VLA part; set it to 0")

@@ -52,7 +52,7 @@ class VLAConfig(BaseModel):
         0,
         ge=0,
         description="how many privileged targets the perception probe on the image tokens regresses "
-        "(training.data.labels.PERCEPTION_TARGETS); 0: no probe. Set by SFT's [train] perception_weight",
+        "(agents.vla.perception.PERCEPTION_TARGETS); 0: no probe. Set by SFT's [train] perception_weight",
     )
     perception_in_state: bool = Field(
         False,

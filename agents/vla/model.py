@@ -515,11 +515,14 @@ class VLA(nn.Module, TrainableParts):
         steps: int | None = None,
         guidance: Guidance | None = None,
         choose: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        perceived: np.ndarray | None = None,
     ) -> list[dict[str, Any]]:
         """The deterministic plan (the ODE from ``noise_scale`` x the prior's sample) in ``steps`` Euler
         steps (None: the model's ``flow_steps``), with the reasoning first when ``reasoning``, and
         context guidance ``guidance`` (None: none; needs a head trained with ``flow_unconditional``).
-        ``choose`` maps the manoeuvre head's choices ``[B]`` to the ones planned (an agent's hold)."""
+        ``choose`` maps the manoeuvre head's choices ``[B]`` to the ones planned (an agent's hold);
+        ``perceived`` ``[B, perception_targets]`` replaces what the probe read in the state token (an
+        agent's ``perception=oracle``)."""
         self.check_guidance(guidance)
         batch = self.prepare(observations)
         texts = [None] * len(observations)
@@ -528,6 +531,8 @@ class VLA(nn.Module, TrainableParts):
         else:
             ctx, mask = self.encode(batch)
         self.give_manoeuvres(batch, choose)
+        if perceived is not None:
+            self.give_perception(batch, perceived)
         u = sample_ode(
             self.expert,
             len(observations),
@@ -562,6 +567,15 @@ class VLA(nn.Module, TrainableParts):
         batch["manoeuvre"] = (
             manoeuvres.to(self.device).long() if manoeuvres is not None else choose(batch["manoeuvre_logits"].argmax(1))
         )
+
+    def give_perception(self, batch: dict[str, Any], perceived: np.ndarray) -> None:
+        """What the state token carries as the probe's reading, given outright (after the VLM's pass)."""
+        if not self.config.perception_in_state:
+            raise ValueError("perceived: this VLA's plan does not read the perception probe (perception_in_state)")
+        want = (len(batch["state"]), self.config.perception_targets)
+        if np.shape(perceived) != want:
+            raise ValueError(f"perceived: shape {np.shape(perceived)}, this VLA's probe reads {want}")
+        batch["perceived"] = torch.as_tensor(np.asarray(perceived), dtype=torch.float32, device=self.device)
 
     # --- RL hooks ------------------------------------------------------------------------------------------------
     def sample_with_log_prob(
@@ -737,6 +751,7 @@ class VLA(nn.Module, TrainableParts):
         manoeuvres: torch.Tensor | None = None,
         actions: torch.Tensor | None = None,
         perception_weights: torch.Tensor | None = None,
+        perception_truth: float = 0.0,
     ) -> dict[str, torch.Tensor]:
         """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing).
 
@@ -753,7 +768,10 @@ class VLA(nn.Module, TrainableParts):
         still carry: a head that leans on its speed input copies what most samples at that speed do
         (Codevilla et al. 2019's inertia problem). ``perception`` ``[B, perception_targets]``: the privileged
         targets the perception probe regresses from the image tokens (mean squared error, as "perception"),
-        each sample's error times its ``perception_weights`` ``[B]`` when given.
+        each sample's error times its ``perception_weights`` ``[B]`` when given. ``perception_truth`` is the
+        share (a fourth coin per draw) whose state token, with ``perception_in_state``, is given those
+        targets where the probe's reading goes, so the plan learns from a reading that is right from the
+        first step (at 1 the plan still hardly acts on it: docs/experiments/rl.md, stop 75).
         ``manoeuvres`` ``[B]``: the data's manoeuvre classes, which the manoeuvre head learns to choose
         (cross-entropy, as "manoeuvre") and, with ``manoeuvre_in_state`` or ``manoeuvre_origin``, the plan is given
         (teacher forcing). ``actions`` ``[B, 64, 2]``: the trajectories as (accel, lateral) actions when the
@@ -796,6 +814,13 @@ class VLA(nn.Module, TrainableParts):
             hide = torch.rand(len(state), generator=generator, device=state.device) < motion_dropout
             state = state.clone()
             state[hide, EGO_MOTION] = 0.0  # standardised: 0 is the data's mean
+        if perception_truth > 0:
+            if perception is None or not c.perception_in_state:
+                raise ValueError("perception_truth: needs perception targets and a state token that reads the probe")
+            given = torch.rand(len(state), generator=generator, device=state.device) < perception_truth
+            truth = perception.to(state).repeat_interleave(flow_samples, 0)
+            state = state.clone()
+            state[given, STATE_FEATURES : STATE_FEATURES + c.perception_targets] = truth[given]
         flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state, origin=origin)
         losses = {"text": text, "flow": flow}
         if perception is not None:

@@ -201,3 +201,10 @@ def test_vla_spec_options(tmp_path):
     for bad in ("-1", "2.5"):
         with pytest.raises(AgentSpecError, match="hold must be a whole number"):
             load_agent(f"vla:{tmp_path / 'manoeuvre'}?hold={bad}")
+    assert load_agent(f"vla:{tmp_path / 'vla'}").perception == "probe"
+    with pytest.raises(AgentSpecError, match="plan reads no perception probe"):  # nothing to replace
+        load_agent(f"vla:{tmp_path / 'vla'}?perception=oracle")
+    VLA(VLAConfig(size="tiny", perception_targets=8, perception_in_state=True)).save_pretrained(tmp_path / "probe")
+    assert load_agent(f"vla:{tmp_path / 'probe'}?perception=oracle").perception == "oracle"
+    with pytest.raises(AgentSpecError, match="perception must be one of"):
+        load_agent(f"vla:{tmp_path / 'probe'}?perception=eyes")

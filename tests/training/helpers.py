@@ -60,7 +60,7 @@ def closing_copy(data: Path, tmp: Path) -> Path:
     ahead closing at 10 m/s (2 s away) and every third but one a car 45 m ahead at 10 m/s (4.5 s)."""
     import zarr
 
-    from training.data.labels import PERCEPTION_TARGETS
+    from agents.vla.perception import PERCEPTION_TARGETS
 
     copy = tmp / "closing.zarr"
     shutil.copytree(data, copy)

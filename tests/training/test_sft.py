@@ -163,10 +163,11 @@ def test_the_perception_probe_trains_is_saved_resumes_exactly_and_needs_data_tha
 ):
     """``perception_weight`` gives the VLA a probe sized by the data's perception targets, logs its loss,
     saves it with the checkpoint and resumes it exactly (and builds the wider state token of
-    ``perception_in_state``); data recorded without the targets is refused."""
+    ``perception_in_state``, which ``flow_perception_truth`` gives the data's targets, refused without it);
+    data recorded without the targets is refused."""
     from safetensors.torch import load_file
 
-    from training.data.labels import PERCEPTION_TARGETS
+    from agents.vla.perception import PERCEPTION_TARGETS
 
     recipe = sft_recipe(tmp_path, dataset, steps=4, perception_weight=2.0)
     straight, broken = tmp_path / "straight", tmp_path / "broken"
@@ -192,6 +193,13 @@ def test_the_perception_probe_trains_is_saved_resumes_exactly_and_needs_data_tha
     )
     saved = json.loads((in_state / "checkpoints" / "final" / "vla_config.json").read_text())
     assert saved["vla"]["perception_in_state"] and saved["expert"]["state_dim"] == 27 + len(PERCEPTION_TARGETS)
+    truth = ["--config", str(recipe), "--set", "train.flow_perception_truth=1.0"]
+    in_state_truth = ["--run-dir", str(tmp_path / "truth"), "--set", "model.perception_in_state=true"]
+    assert run_main([*truth, *in_state_truth]) == 0  # the plan given the data's targets
+    given = [r["loss/flow"] for r in metrics_of(tmp_path / "truth") if "loss/flow" in r]
+    assert given != [r["loss/flow"] for r in metrics_of(in_state) if "loss/flow" in r]
+    assert run_main([*truth, "--run-dir", str(tmp_path / "unread")]) == 2
+    assert "flow_perception_truth: the plan reads no probe" in capsys.readouterr().err
 
     old = tmp_path / "old.zarr"
     shutil.copytree(dataset, old)
@@ -205,8 +213,8 @@ def test_perception_hazard_weight_counts_the_probes_loss_near_the_car_ahead_that
     """``perception_hazard_weight`` multiplies the probe's loss on the states ``hazard_weight`` would draw more
     often (under ``hazard_ttc_s`` from the car ahead) and leaves the draws, and so the plan's loss, alone;
     without a probe to weight it is refused."""
+    from agents.vla.perception import time_to_lead
     from training.data import DrivingDataset
-    from training.data.labels import time_to_lead
     from training.loop import perception_loss_weights
     from training.recipes import RecipeError, TrainSection
 
@@ -227,6 +235,8 @@ def test_perception_hazard_weight_counts_the_probes_loss_near_the_car_ahead_that
     assert first[3.0]["loss/perception"] > first[1.0]["loss/perception"]
     with pytest.raises(RecipeError, match=r"perception_hazard_weight.*perception_weight > 0"):
         load_recipe(sft_recipe(tmp_path, copy, steps=1, perception_hazard_weight=2.0), [])
+    with pytest.raises(RecipeError, match=r"flow_perception_truth.*perception_weight > 0"):
+        load_recipe(sft_recipe(tmp_path, copy, steps=1, flow_perception_truth=0.5), [])
 
 
 def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_datas_manoeuvres(

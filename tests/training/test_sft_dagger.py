@@ -158,7 +158,7 @@ def test_family_weights_multiply_each_samples_draw_weight_by_its_scenario_family
 
 
 def test_hazard_weight_draws_the_states_near_the_car_ahead_that_much_more_often(dataset, straight_run, tmp_path):
-    from training.data.labels import time_to_lead
+    from agents.vla.perception import time_to_lead
 
     copy = closing_copy(dataset, tmp_path)
     expert = DrivingDataset(copy)

@@ -36,7 +36,7 @@ NUMERIC = {
 }
 # The driving agent's own plan at each decision (its trajectory, as ``target``): what DAgger compares
 # with the expert's label. Recorded since 2026-11-27; a dataset collected before has no such array.
-# ``perception``: the privileged world's ``training.data.labels.PERCEPTION_TARGETS`` at the decision,
+# ``perception``: the privileged world's ``agents.vla.perception.PERCEPTION_TARGETS`` at the decision,
 # what the perception probe learns (recorded since 2026-11-27, stop 59).
 OPTIONAL_NUMERIC = {"plan": "float32", "perception": "float32"}
 TEXT = ("scenario", "reasoning", "agent_reasoning", "meta_actions", "causes")

@@ -19,7 +19,6 @@ import numpy as np
 
 from rewards.critics import RulesCritic
 from rewards.meta_actions import DEFAULT_THRESHOLDS, detect_plan, dominant
-from rewards.scene import SceneFacts
 
 # causes in priority order, each with a sentence opening
 CAUSE_TEXT = (
@@ -152,52 +151,6 @@ def _reason(score: Any) -> str:
     if d.get("claimed_actions") is not None and score.behaviour < 1.0:
         return "action_not_executed"
     return "low_score"
-
-
-# What the perception probe learns to read off the image tokens (SFT's ``[train] perception_weight``):
-# the privileged world's answer to "what is ahead of me", each scaled to about [0, 1] and defined when
-# nothing is there (a gap reads as its range, a flag as 0), so every sample has all of them.
-LEAD_RANGE_M = 60.0  # lead_gap's scale: the farthest gap it tells apart
-CLOSING_SCALE_MPS = 10.0  # lead_closing_speed's scale, and the largest closing speed it tells apart
-PERCEPTION_TARGETS = (
-    "lead_gap",  # bumper-to-bumper gap to the nearest vehicle in the ego path, / 60 m (1: none within 60 m)
-    "lead_closing_speed",  # ego speed - that vehicle's speed, / 10 m/s, clipped to [-1, 1] (0: none)
-    "lead_stopped",  # 1 if that vehicle stands still
-    "blocked_gap",  # gap to a parked or stopped obstacle in the ego lane, / 40 m (1: none within 40 m)
-    "cut_in_gap",  # gap to a vehicle moving into the ego lane, / 30 m (1: none within 30 m)
-    "stop_distance",  # metres to a red or yellow light's or a stop sign's line, / 50 m (1: none)
-    "pedestrian_in_path",  # 1 if a pedestrian is in or near the path
-    "oncoming",  # vehicles ahead in the oncoming direction within 60 m, / 3, at most 1
-)
-
-
-def perception_targets(facts: SceneFacts) -> np.ndarray:
-    """The ``PERCEPTION_TARGETS`` of a scene, float32 in their order."""
-    lead = facts.lead_vehicle
-    stop = [facts.stop_sign_ahead] if facts.stop_sign_ahead is not None else []
-    if facts.signal_ahead is not None and facts.signal_ahead["state"] in ("red", "yellow"):
-        stop.append(facts.signal_ahead["distance"])
-    values = {
-        "lead_gap": min(lead["gap"], LEAD_RANGE_M) / LEAD_RANGE_M if lead else 1.0,
-        "lead_closing_speed": float(np.clip((facts.speed - lead["speed"]) / CLOSING_SCALE_MPS, -1, 1)) if lead else 0.0,
-        "lead_stopped": float(bool(lead and lead["stopped"])),
-        "blocked_gap": min(facts.blocked_lane["gap"], 40.0) / 40.0 if facts.blocked_lane else 1.0,
-        "cut_in_gap": min(facts.cut_in["gap"], 30.0) / 30.0 if facts.cut_in else 1.0,
-        "stop_distance": float(np.clip(min(stop), 0.0, 50.0)) / 50.0 if stop else 1.0,
-        "pedestrian_in_path": float(any(p["in_path"] for p in facts.pedestrians)),
-        "oncoming": min(facts.oncoming, 3) / 3.0,
-    }
-    return np.array([values[name] for name in PERCEPTION_TARGETS], np.float32)
-
-
-def time_to_lead(perception: np.ndarray) -> np.ndarray:
-    """Seconds until the ego reaches the car ahead at the current closing speed, per row of recorded
-    ``perception`` targets (inf where no car is within 60 m or the gap is not closing by 0.5 m/s).
-    The closing speed is read as recorded, clipped at 10 m/s: a faster one reads as more time."""
-    gap = perception[..., PERCEPTION_TARGETS.index("lead_gap")] * LEAD_RANGE_M
-    closing = perception[..., PERCEPTION_TARGETS.index("lead_closing_speed")] * CLOSING_SCALE_MPS
-    ahead = (gap < LEAD_RANGE_M) & (closing > 0.5)
-    return np.where(ahead, gap / np.where(ahead, closing, 1.0), np.inf)
 
 
 # What the manoeuvre head predicts and, with ``[model] manoeuvre_in_state``, what the plan is conditioned on

@@ -5,7 +5,7 @@ the same interpolation the model uses), ego history and state, the route and its
 future the car then actually drove (``target``, 64 x (x, y, yaw) in the ego frame at the decision; for
 the decisions of an episode's last 6.4 s, driven on past its end where the road goes on, with ``run_out``),
 the scene facts, the meta-actions detected on that future, the reasoning a teacher wrote for them
-(plus the agent's own), and the privileged perception targets (``labels.PERCEPTION_TARGETS``).
+(plus the agent's own), and the privileged perception targets (``agents.vla.perception.PERCEPTION_TARGETS``).
 Samples whose reasoning disagrees with the labels are filtered out and counted. Episodes that end in
 an at-fault collision or off the road are not demonstrations: dropped.
 
@@ -28,6 +28,7 @@ import numpy as np
 import zarr
 from tqdm import tqdm
 
+from agents.vla.perception import perception_targets
 from envs.sensors.resize import resize_frames
 from training.data.dataset import (
     EVERY_CHUNK_STORED,
@@ -40,7 +41,7 @@ from training.data.dataset import (
     check_format,
     dataset_card,
 )
-from training.data.labels import ConsistencyFilter, label_meta_actions, make_teacher, perception_targets
+from training.data.labels import ConsistencyFilter, label_meta_actions, make_teacher
 from training.data.settings import CollectSettings
 
 HORIZON = 64

@@ -499,6 +499,35 @@ def test_perception_in_state_gives_the_state_token_what_the_probe_reads_in_every
     assert model.perception_probe.value.weight.grad.any()
 
 
+def test_perception_truth_gives_the_flow_draws_the_targets_where_the_probes_reading_goes(observations):
+    """With ``perception_truth = 1`` every flow draw's state token carries the given targets: the flow loss
+    is the one of a probe that reads them exactly, whatever the probe reads, and none of the flow's
+    gradient reaches the probe. A state token without the probe's reading is refused."""
+    model = VLA(VLAConfig(perception_targets=3, perception_in_state=True)).train()
+    target = torch.from_numpy(np.stack([np.cumsum(np.full((64, 3), [0.5, 0.0, 0.0], np.float32), 0)] * 2))
+    truth = torch.tensor([[0.2, 0.5, 1.0], [1.0, 0.0, 0.0]])
+
+    def flow(share: float) -> torch.Tensor:
+        g = torch.Generator().manual_seed(0)
+        return model.losses(
+            observations, ["Stop."] * 2, target, g, flow_samples=2, perception=truth, perception_truth=share
+        )["flow"]
+
+    given = flow(1.0)
+    model.zero_grad()
+    given.backward()
+    assert model.perception_probe.value.weight.grad is None or not model.perception_probe.value.weight.grad.any()
+    with torch.no_grad():
+        model.perception_probe.value.bias += 0.3  # the probe reads something else
+    torch.testing.assert_close(flow(1.0), given)
+    assert not torch.allclose(flow(1e-9), given)  # the same coins drawn, the probe's reading given
+    model.perception_probe.forward = lambda hidden, images: truth  # a probe that reads the targets exactly
+    torch.testing.assert_close(flow(1e-9), given)
+    without = VLA(VLAConfig(perception_targets=3))
+    with pytest.raises(ValueError, match="perception_truth: needs perception targets and a state token"):
+        without.losses(observations, ["Stop."] * 2, target, perception=truth, perception_truth=0.5)
+
+
 def test_the_manoeuvre_head_chooses_from_image_tokens_and_ego_features_and_trains_only_the_vlm(observations):
     """Its logits are an attention pool over the image tokens (text tokens do not move them) and the state
     token's ego features, classified; cross-entropy against the data's classes; its gradient reaches the
@@ -677,6 +706,50 @@ def test_a_held_lane_change_is_planned_for_its_decisions_and_each_episode_starts
     np.testing.assert_array_equal(agent.act_batch(observations[:1])[0].trajectory, keep)
     with pytest.raises(ValueError, match="holds one episode's manoeuvre; 2 observations"):
         agent.act_batch(observations)
+
+
+def test_an_oracle_perception_plans_what_the_model_plans_given_the_worlds_answers(observations, tmp_path):
+    """``perception=oracle`` gives the state token the privileged world's ``perception_targets`` at each
+    decision in place of the probe's reading: the agent plans exactly what the model plans given them,
+    not what it plans from its probe, and follows the world as it moves. A plan that reads no probe,
+    a batch of episodes and an agent without the world are refused, saying why."""
+    from agents.vla.agent import VLAAgent
+    from agents.vla.perception import PERCEPTION_TARGETS, perception_targets
+    from rewards.scene import scene_facts
+
+    VLA(VLAConfig(perception_targets=len(PERCEPTION_TARGETS), perception_in_state=True)).save_pretrained(
+        tmp_path / "vla"
+    )
+    agent = VLAAgent(str(tmp_path / "vla"), reasoning=False, noise_scale=0.0, perception="oracle")
+    model = agent.model
+    env = gym.make("LoopDrive-v0", bank="smoke", camera_size=(56, 112))
+    obs, _ = env.reset(seed=0, options={"scenario": "lead_brake-000"})
+    world = env.unwrapped.world
+    agent.reset({"seed": 0, "world": world})
+    truths = []
+    for _ in range(3):
+        truths.append(perception_targets(scene_facts(world))[None])
+        plan = agent.act_batch([obs])[0].trajectory
+        given = model.act_batch([obs], reasoning=False, noise_scale=0.0, perceived=truths[-1])[0]["trajectory"]
+        np.testing.assert_array_equal(plan, given)
+        probe = model.act_batch([obs], reasoning=False, noise_scale=0.0)[0]["trajectory"]
+        assert not np.array_equal(plan, probe)
+        obs, *_ = env.step(plan)
+    assert truths[0][0, PERCEPTION_TARGETS.index("lead_gap")] == pytest.approx(16.7 / 60, abs=0.01)  # the lead car
+    assert not np.array_equal(truths[0], truths[-1])  # read from the world as it moves
+    with pytest.raises(ValueError, match="reads one episode's world; 2 observations"):
+        agent.act_batch(observations)
+    agent.reset({"seed": 0})
+    with pytest.raises(ValueError, match=r"reset the agent with episode_info\['world'\]"):
+        agent.act_batch([obs])
+    with pytest.raises(ValueError, match=r"perceived: shape \(1, 3\), this VLA's probe reads \(1, 8\)"):
+        model.act_batch([obs], reasoning=False, perceived=np.zeros((1, 3), np.float32))
+    with pytest.raises(ValueError, match="perception must be one of"):
+        VLAAgent(str(tmp_path / "vla"), perception="eyes")
+    VLA(VLAConfig(perception_targets=len(PERCEPTION_TARGETS))).save_pretrained(tmp_path / "unread")
+    with pytest.raises(ValueError, match="plan reads no perception probe"):
+        VLAAgent(str(tmp_path / "unread"), perception="oracle")
+    env.close()
 
 
 def test_a_hold_steps_each_episode_of_a_batch_alone_and_a_held_sample_is_scored_given_its_class(observations):

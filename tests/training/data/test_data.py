@@ -11,12 +11,12 @@ import torch
 
 from agents import load_agent
 from agents.vla import action_space
+from agents.vla.perception import PERCEPTION_TARGETS
 from rewards.transition import EgoState
 from tests.envs.helpers import drive_to_the_end
 from tests.training.helpers import SCENARIOS, collect_settings
 from training.data import DatasetError, DrivingDataset, card_path, collect, future_in_ego_frame
 from training.data.labels import (
-    PERCEPTION_TARGETS,
     ConsistencyFilter,
     TemplateTeacher,
     label_meta_actions,
@@ -269,8 +269,8 @@ def test_a_car_already_standing_still_is_told_to_start_again_or_to_stay_not_to_c
 
 
 def test_perception_targets_scale_what_is_ahead_and_read_as_far_when_nothing_is():
+    from agents.vla.perception import perception_targets
     from rewards.scene import SceneFacts
-    from training.data.labels import perception_targets
 
     empty = dict(zip(PERCEPTION_TARGETS, perception_targets(SceneFacts(speed=10.0))))
     assert empty == {
@@ -302,8 +302,8 @@ def test_perception_targets_scale_what_is_ahead_and_read_as_far_when_nothing_is(
 
 
 def test_time_to_lead_is_the_gap_over_the_closing_speed_and_infinite_when_nothing_closes_in():
+    from agents.vla.perception import perception_targets, time_to_lead
     from rewards.scene import SceneFacts
-    from training.data.labels import perception_targets, time_to_lead
 
     def ttc(gap: float, lead_speed: float, speed: float = 12.0) -> float:
         lead = {"id": "a", "gap": gap, "speed": lead_speed, "stopped": lead_speed == 0.0}
