@@ -35,10 +35,10 @@ def given_perception(truth: np.ndarray, speeds: np.ndarray, condition: str) -> n
     """The state token's perception for ``condition`` (None: the probe's own reading)."""
     from agents.vla.perception import CLOSING_SCALE_MPS, LEAD_RANGE_M, PERCEPTION_TARGETS
 
-    gap, closing, stopped = (PERCEPTION_TARGETS.index(k) for k in ("lead_gap", "lead_closing_speed", "lead_stopped"))
-    given = truth.astype(np.float32).copy()
     if condition == "probe":
         return None
+    gap, closing, stopped = (PERCEPTION_TARGETS.index(k) for k in ("lead_gap", "lead_closing_speed", "lead_stopped"))
+    given = truth.astype(np.float32).copy()
     if condition == "nothing_ahead":
         given[:, gap], given[:, closing], given[:, stopped] = 1.0, 0.0, 0.0
     elif condition == "stopped_car_3m":
