@@ -94,6 +94,14 @@ class TrainSection(_Section):
     # perception targets where the probe's reading goes: the plan learns from a reading that is right from the
     # first step (the probe's own is random at first and misreads the policy's states later)
     flow_perception_truth: float = Field(0.0, ge=0, le=1)
+    # weight of the clearance loss (agents/vla/clearance.py): the plan an evaluation drives, given the data's car
+    # ahead, is scored by how far it drives past that car less clearance_margin_m; it needs the perception
+    # targets (perception_weight > 0). The flow loss alone leaves a plan that hardly slows for a car 3 m ahead
+    clearance_weight: float = Field(0.0, ge=0)
+    clearance_margin_m: float = Field(2.0, ge=0)
+    # the share of a batch's rows whose clearance plan is given a synthetic car ahead (nearer than the recorded
+    # one, stopped or slower) in its state token ([model] perception_in_state): states the expert's data lacks
+    clearance_synthetic: float = Field(0.0, ge=0, le=1)
     # draw a sample whose target shows one of these meta-actions that many times as often as the others
     # (the largest weight it has): the expert's lane changes are 6% of its samples, and a plan that never
     # leaves its lane is what most samples teach
@@ -149,6 +157,10 @@ class TrainSection(_Section):
                 raise ValueError(f"family_weights.{name}: {weight} must be > 0")
         if self.flow_perception_truth > 0 and self.perception_weight == 0:
             raise ValueError("flow_perception_truth gives the plan the probe's targets; set perception_weight > 0")
+        if self.clearance_weight > 0 and self.perception_weight == 0:
+            raise ValueError("clearance_weight scores the plan against the data's car ahead; set perception_weight > 0")
+        if self.clearance_synthetic > 0 and self.clearance_weight == 0:
+            raise ValueError("clearance_synthetic gives the clearance loss synthetic cars; set clearance_weight > 0")
         if self.perception_hazard_weight != 1.0 and self.perception_weight == 0:
             raise ValueError("perception_hazard_weight weights the perception probe's loss; set perception_weight > 0")
         return self

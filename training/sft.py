@@ -27,12 +27,13 @@ from agents.base import ObservationSetup
 from agents.policy import load_policy
 from agents.vla import VLA, action_space
 from agents.vla.config import VLAConfig
+from agents.vla.manoeuvre import MANOEUVRES
 from agents.vla.model import state_features
 from training import dagger
 from training.averaging import WeightAverage
 from training.checkpoints import Checkpointer, latest_checkpoint, load_trained_weights, restore_trainer
 from training.data import DatasetError, DrivingDataset
-from training.data.labels import MANOEUVRES, manoeuvre_under_way
+from training.data.labels import manoeuvre_under_way
 from training.loop import learning_rate, perception_loss_weights, prepare_run
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, finish, last_step_of_this_run
@@ -173,6 +174,14 @@ def train_sft(
         add_perception_probe(model, dataset)
     if cfg.flow_perception_truth > 0 and not model.config.perception_in_state:
         raise ValueError("train.flow_perception_truth: the plan reads no probe; set [model] perception_in_state = true")
+    if cfg.clearance_weight > 0:  # (an Alpamayo-R1 was refused with the probe it needs)
+        if cfg.clearance_synthetic > 0 and not model.config.perception_in_state:
+            raise ValueError(
+                "train.clearance_synthetic: a synthetic car ahead reaches the plan through the state token; "
+                "set [model] perception_in_state = true"
+            )
+        options["clearance_margin"] = cfg.clearance_margin_m
+        options["clearance_synthetic"] = cfg.clearance_synthetic
     if cfg.manoeuvre_weight > 0:
         if isinstance(model, AlpamayoR1):
             raise ValueError("train.manoeuvre_weight: the manoeuvre head is a LoopDrive VLA part; set it to 0")
@@ -240,6 +249,8 @@ def train_sft(
         weights = {"text": w_text, "flow": w_flow}
         if cfg.perception_weight > 0:  # the probe trains the VLM's image tokens, so only while the VLM does
             weights["perception"] = cfg.perception_weight if stage in (0, 1) else 0.0
+        if cfg.clearance_weight > 0:  # a loss on the plan: the action expert's, as the flow loss
+            weights["clearance"] = cfg.clearance_weight if stage in (0, 2) else 0.0
         if cfg.manoeuvre_weight > 0:  # as the probe
             weights["manoeuvre"] = cfg.manoeuvre_weight if stage in (0, 1) else 0.0
         sums = dict.fromkeys(weights, 0.0)

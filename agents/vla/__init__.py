@@ -6,7 +6,7 @@ from agents.vla.config import VLAConfig
 from agents.vla.flow import (
     ActionExpert,
     ExpertConfig,
-    flow_matching_loss,
+    flow_draw,
     gaussian_log_prob,
     log_prob,
     sample_ode,
@@ -20,7 +20,7 @@ __all__ = [
     "ExpertConfig",
     "VLAConfig",
     "denormalise",
-    "flow_matching_loss",
+    "flow_draw",
     "from_trajectory",
     "gaussian_log_prob",
     "initial_speed",

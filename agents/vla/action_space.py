@@ -75,6 +75,17 @@ def integrate(
     return _path(k, v, dt)
 
 
+def travel(
+    u: torch.Tensor, v0: torch.Tensor, mean=None, std=None, lateral: LateralAction = "curvature"
+) -> torch.Tensor:
+    """Metres the plan of the flow head's output ``u`` ``[B, T, 2]`` has driven along its path by the end of
+    each step ``[B, T]``, from initial speed ``v0`` ``[B]``: the acceleration channel alone sets it (with
+    grad, as :func:`integrate` drives it), so a loss on how far a plan goes reaches the head."""
+    a = denormalise(u.float(), mean, std, lateral)[..., 0]
+    v = _speeds(a, v0.float(), DT)
+    return torch.cumsum(0.5 * (v[..., :-1] + v[..., 1:]) * DT, -1)
+
+
 def _speeds(a: torch.Tensor, v0: torch.Tensor, dt: float) -> torch.Tensor:
     """Speeds ``[B, T + 1]`` at the step boundaries, from v0 and the accelerations."""
     speeds = [v0]

@@ -63,7 +63,7 @@ class VLAConfig(BaseModel):
         0,
         ge=0,
         description="how many manoeuvre classes the manoeuvre head on the image tokens and the ego features "
-        "chooses from (training.data.labels.MANOEUVRES); 0: no head. Set by SFT's [train] manoeuvre_weight",
+        "chooses from (agents.vla.manoeuvre.MANOEUVRES); 0: no head. Set by SFT's [train] manoeuvre_weight",
     )
     manoeuvre_in_state: bool = Field(
         False,

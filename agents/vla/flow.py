@@ -170,7 +170,27 @@ class ActionExpert(nn.Module):
 
 
 # --- training ----------------------------------------------------------------------------------------------
-def flow_matching_loss(
+@dataclass
+class FlowDraw:
+    """One (time, noise) draw per row of flow-matching training and the expert's answer to it."""
+
+    x_t: torch.Tensor  # the noisy actions [B, steps, dims]
+    t: torch.Tensor  # the flow time [B]
+    velocity: torch.Tensor  # the target velocity x - eps
+    predicted: torch.Tensor  # the expert's velocity at (x_t, t)
+
+    @property
+    def loss(self) -> torch.Tensor:
+        """The flow-matching loss: MSE between predicted and target velocity."""
+        return F.mse_loss(self.predicted, self.velocity)
+
+    @property
+    def estimate(self) -> torch.Tensor:
+        """The plan the prediction points at: x_t + (1 - t) v, the one-step estimate of the clean actions."""
+        return self.x_t + (1 - self.t.view(-1, 1, 1)) * self.predicted
+
+
+def flow_draw(
     expert: ActionExpert,
     x1: torch.Tensor,
     context: Context | None = None,
@@ -178,9 +198,10 @@ def flow_matching_loss(
     generator: torch.Generator | None = None,
     state: torch.Tensor | None = None,
     origin: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """MSE between predicted and target velocity (x - eps) at t ~ Beta(1.5, 1) (mapped to [0.001, 0.999]);
-    ``origin`` (like ``x1``): where each sample's source noise is centred (None: at 0)."""
+) -> FlowDraw:
+    """A draw of t ~ Beta(1.5, 1) (mapped to [0.001, 0.999]) and noise per row of ``x1``, and the expert's
+    velocity there (``.loss`` is the flow-matching loss); ``origin`` (like ``x1``): where each sample's
+    source noise is centred (None: at 0)."""
     B = x1.shape[0]
     beta = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
     if generator is None:
@@ -192,7 +213,7 @@ def flow_matching_loss(
     if origin is not None:
         eps = eps + origin.to(eps)
     x_t = t.view(B, 1, 1) * x1 + (1 - t.view(B, 1, 1)) * eps
-    return F.mse_loss(expert(x_t, t, context, context_mask, state), x1 - eps)
+    return FlowDraw(x_t, t, x1 - eps, expert(x_t, t, context, context_mask, state))
 
 
 # --- sampling -------------------------------------------------------------------------------------------------

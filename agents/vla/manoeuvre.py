@@ -22,6 +22,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+# What the manoeuvre head predicts and, with ``[model] manoeuvre_in_state``, what the plan is conditioned on
+# (SFT's ``[train] manoeuvre_weight``): whether the driven future leaves the lane, and to which side. Turns
+# follow the route, which the state token already carries; a nudge round an obstacle counts with the lane
+# change to its side (9 of core train's 6,841 samples). Every recorded sample has its meta-actions, so
+# every dataset has these classes.
+MANOEUVRES = ("keep_lane", "change_left", "change_right")
+
 
 class ManoeuvreHead(nn.Module):
     def __init__(self, hidden_size: int, state_size: int, n_classes: int, queries: int = 4, width: int = 128) -> None:

@@ -27,18 +27,20 @@ from transformers.utils import logging as hf_logging
 from agents.parts import TrainableParts
 from agents.vla import action_space
 from agents.vla.checkpoint import CheckpointError, check_finite, check_tokenizer, load_strict, load_weights, read_config
+from agents.vla.clearance import clearance_loss, lead_bound, synthetic_leads
 from agents.vla.config import PRESETS, VLAConfig
 from agents.vla.flow import (
     ActionExpert,
     ExpertConfig,
+    FlowDraw,
     Guidance,
     NoiseLevel,
-    flow_matching_loss,
+    flow_draw,
     log_prob,
     sample_ode,
     sample_sde,
 )
-from agents.vla.manoeuvre import ManoeuvreHead
+from agents.vla.manoeuvre import MANOEUVRES, ManoeuvreHead
 from agents.vla.perception import PerceptionProbe
 from agents.vla.positions import RopePositions
 from agents.vla.tokenizer import (
@@ -752,6 +754,8 @@ class VLA(nn.Module, TrainableParts):
         actions: torch.Tensor | None = None,
         perception_weights: torch.Tensor | None = None,
         perception_truth: float = 0.0,
+        clearance_margin: float | None = None,
+        clearance_synthetic: float = 0.0,
     ) -> dict[str, torch.Tensor]:
         """Cross-entropy on the reasoning tokens and flow matching on the trajectory (teacher forcing).
 
@@ -776,7 +780,10 @@ class VLA(nn.Module, TrainableParts):
         (cross-entropy, as "manoeuvre") and, with ``manoeuvre_in_state`` or ``manoeuvre_origin``, the plan is given
         (teacher forcing). ``actions`` ``[B, 64, 2]``: the trajectories as (accel, lateral) actions when the
         caller has fitted them already (:meth:`training.data.DrivingDataset.target_actions`); fitted here
-        otherwise."""
+        otherwise. ``clearance_margin`` (metres) adds the clearance loss (``agents.vla.clearance``, as
+        "clearance"): the plan each flow draw's prediction points at must stay that far behind the targets'
+        car ahead; ``clearance_synthetic`` is the share of draws (a fifth coin per draw, after the flow's)
+        whose expert is asked again, at the same noisy actions, given a synthetic car ahead."""
         batch = self.prepare(observations, reasoning)
         if perception is not None and self.perception_probe is None:
             raise ValueError("perception targets given, but this VLA has no perception probe (add_perception_probe)")
@@ -799,6 +806,11 @@ class VLA(nn.Module, TrainableParts):
         target = action_space.normalise(actions, c.action_mean, c.action_std, c.lateral_action)
         mask, state, start = batch["attention_mask"], self.planning_state(batch), batch["reasoning_start"]
         origin = self.flow_origin(batch)
+        losses = {"text": text}
+        if clearance_margin is not None and perception is None:
+            raise ValueError("clearance_margin: the clearance loss needs the perception targets (the car ahead)")
+        if clearance_synthetic > 0 and not c.perception_in_state:
+            raise ValueError("clearance_synthetic: a synthetic car ahead reaches the plan through the state token")
         if flow_samples > 1:
             ctx = [(k.repeat_interleave(flow_samples, 0), v.repeat_interleave(flow_samples, 0)) for k, v in ctx]
             target, mask, state, start = (x.repeat_interleave(flow_samples, 0) for x in (target, mask, state, start))
@@ -821,8 +833,15 @@ class VLA(nn.Module, TrainableParts):
             truth = perception.to(state).repeat_interleave(flow_samples, 0)
             state = state.clone()
             state[given, STATE_FEATURES : STATE_FEATURES + c.perception_targets] = truth[given]
-        flow = flow_matching_loss(self.expert, target.to(self.device), ctx, mask, generator, state=state, origin=origin)
-        losses = {"text": text, "flow": flow}
+        draw = flow_draw(self.expert, target.to(self.device), ctx, mask, generator, state=state, origin=origin)
+        losses["flow"] = draw.loss
+        if clearance_margin is not None:
+            rows = {"v0": batch["v0"], "perception": perception}
+            if "manoeuvre" in batch:
+                rows["manoeuvre"] = batch["manoeuvre"]
+            rows = {k: v.to(self.device).repeat_interleave(flow_samples, 0) for k, v in rows.items()}
+            rows.update(target=target, context=ctx, mask=mask, state=state)  # (already one per draw)
+            losses["clearance"] = self._clearance(draw, rows, clearance_margin, clearance_synthetic, generator)
         if perception is not None:
             error = (batch["perceived"] - perception.to(batch["perceived"])).square().mean(-1)
             if perception_weights is not None:
@@ -831,6 +850,45 @@ class VLA(nn.Module, TrainableParts):
         if manoeuvres is not None:
             losses["manoeuvre"] = F.cross_entropy(batch["manoeuvre_logits"], batch["manoeuvre"])
         return losses
+
+    def _clearance(
+        self,
+        draw: FlowDraw,
+        rows: dict[str, Any],
+        margin: float,
+        synthetic: float,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        """The clearance loss of a training batch's flow draws (``agents.vla.clearance``): each draw's one-step
+        estimate of the plan against the recorded car ahead, and, in ``synthetic`` of the draws that keep
+        their lane, the expert's estimate at the same noisy actions given a synthetic car in the state token.
+        ``rows`` holds one of each per draw: ``v0``, ``perception``, ``target`` (normalised actions), ``manoeuvre``
+        (when planned), the ``context`` and its ``mask``, and the ``state`` the draw was given."""
+        c = self.config
+        v0, perception = rows["v0"].float(), rows["perception"].float()
+        steps = self.expert.config.steps
+
+        def travel(u: torch.Tensor) -> torch.Tensor:
+            return action_space.travel(u, v0, c.action_mean, c.action_std, c.lateral_action)
+
+        bound = torch.maximum(lead_bound(perception, v0, margin, steps), travel(rows["target"]))  # >= the label
+        driven = travel(draw.estimate)
+        if synthetic > 0:
+            given, chosen = synthetic_leads(perception, v0, synthetic, generator)
+            if "manoeuvre" in rows:  # a car to stop for, not to pass: only draws that keep their lane
+                chosen = chosen & (rows["manoeuvre"] == MANOEUVRES.index("keep_lane"))
+            if bool(chosen.any()):
+                state = rows["state"][chosen].clone()
+                state[:, STATE_FEATURES : STATE_FEATURES + c.perception_targets] = given[chosen].to(state)
+                context = [(k[chosen], v[chosen]) for k, v in rows["context"]]
+                predicted = self.expert(draw.x_t[chosen], draw.t[chosen], context, rows["mask"][chosen], state)
+                estimate = draw.x_t[chosen] + (1 - draw.t[chosen].view(-1, 1, 1)) * predicted
+                driven, bound = driven.clone(), bound.clone()
+                driven[chosen] = action_space.travel(
+                    estimate, v0[chosen], c.action_mean, c.action_std, c.lateral_action
+                )
+                bound[chosen] = lead_bound(given[chosen], v0[chosen], margin, steps)
+        return clearance_loss(driven, bound)
 
     # --- persistence -------------------------------------------------------------------------------------------
     def save_pretrained(self, path: str | Path) -> None:

@@ -239,6 +239,44 @@ def test_perception_hazard_weight_counts_the_probes_loss_near_the_car_ahead_that
         load_recipe(sft_recipe(tmp_path, copy, steps=1, flow_perception_truth=0.5), [])
 
 
+def test_the_clearance_loss_trains_the_plan_logs_its_metres_and_resumes_exactly(dataset, tmp_path, capsys):
+    """``clearance_weight`` adds the clearance loss (metres past the car ahead) to the plan's losses and logs
+    it; ``clearance_synthetic`` gives the plan synthetic cars, so a run with them learns otherwise, and a run
+    killed half-way resumes to the same metrics. Without the probe's targets, without the loss, or without a
+    state token that reads the car, it is refused, saying why."""
+    from training.recipes import RecipeError
+
+    copy = closing_copy(dataset, tmp_path)
+    options = {"perception_weight": 1.0, "clearance_weight": 0.5}
+    recipe = sft_recipe(tmp_path, copy, steps=4, **options, clearance_synthetic=1.0)
+    in_state = ["--set", "model.perception_in_state=true"]
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    assert run_main(["--config", str(recipe), "--run-dir", str(straight), *in_state]) == 0
+    killed = ["--set", "train.max_steps_this_run=2"]
+    assert run_main(["--config", str(recipe), "--run-dir", str(broken), *in_state, *killed]) == 0
+    assert run_main(["--resume", str(broken)]) == 0
+    rows = metrics_of(straight)
+    assert rows == metrics_of(broken) and any(r["loss/clearance"] > 0 for r in rows if "loss/flow" in r)
+    recorded = tmp_path / "recorded"  # the recorded cars alone: other metres, another plan
+    assert (
+        run_main(
+            ["--config", str(recipe), "--run-dir", str(recorded), *in_state, "--set", "train.clearance_synthetic=0"]
+        )
+        == 0
+    )
+    assert [r["loss/clearance"] for r in metrics_of(recorded) if "loss/flow" in r] != [
+        r["loss/clearance"] for r in rows if "loss/flow" in r
+    ]
+    assert run_main(["--config", str(recipe), "--run-dir", str(tmp_path / "unread")]) == 2
+    assert "clearance_synthetic: a synthetic car ahead reaches the plan through the state token" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(RecipeError, match=r"clearance_weight.*perception_weight > 0"):
+        load_recipe(sft_recipe(tmp_path, copy, steps=1, clearance_weight=1.0), [])
+    with pytest.raises(RecipeError, match=r"clearance_synthetic.*clearance_weight > 0"):
+        load_recipe(sft_recipe(tmp_path, copy, steps=1, perception_weight=1.0, clearance_synthetic=0.5), [])
+
+
 def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_datas_manoeuvres(
     dataset, tmp_path, capsys
 ):
@@ -249,8 +287,8 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     from safetensors.torch import load_file
 
     from agents.vla import VLA
+    from agents.vla.manoeuvre import MANOEUVRES
     from loopdrive.seeding import rng as seeded_rng
-    from training.data.labels import MANOEUVRES
     from training.rl.demonstrations import Demonstrations
 
     recipe = sft_recipe(tmp_path, dataset, steps=4, manoeuvre_weight=1.0)
@@ -296,8 +334,9 @@ def test_manoeuvre_origins_are_each_classs_mean_plan_and_data_without_a_class_is
     ``[eval] hold`` reaches the agent spec its evaluations drive."""
     from agents.vla import action_space
     from agents.vla.config import VLAConfig
+    from agents.vla.manoeuvre import MANOEUVRES
     from training.data import DrivingDataset
-    from training.data.labels import MANOEUVRES, manoeuvre_under_way
+    from training.data.labels import manoeuvre_under_way
     from training.sft import manoeuvre_origins
 
     data = DrivingDataset(dataset)

@@ -66,7 +66,7 @@ class SampleBatch(NamedTuple):
     reasoning: list[str]  # the teacher's
     targets: np.ndarray  # [B, 64, 3]: the future the car drove (or the expert's, for DAgger data)
     perception: np.ndarray | None  # [B, len(PERCEPTION_TARGETS)]; None for data recorded without it
-    manoeuvres: np.ndarray  # [B] int64: each target's index in training.data.labels.MANOEUVRES
+    manoeuvres: np.ndarray  # [B] int64: each target's index in agents.vla.manoeuvre.MANOEUVRES
     actions: np.ndarray | None = None  # [B, 64, 2]: the targets as a VLA's flow head learns them, when asked for
 
     @staticmethod

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from agents.vla.manoeuvre import MANOEUVRES
 from rewards.critics import RulesCritic
 from rewards.meta_actions import DEFAULT_THRESHOLDS, detect_plan, dominant
 
@@ -151,14 +152,6 @@ def _reason(score: Any) -> str:
     if d.get("claimed_actions") is not None and score.behaviour < 1.0:
         return "action_not_executed"
     return "low_score"
-
-
-# What the manoeuvre head predicts and, with ``[model] manoeuvre_in_state``, what the plan is conditioned on
-# (SFT's ``[train] manoeuvre_weight``): whether the driven future leaves the lane, and to which side. Turns
-# follow the route, which the state token already carries; a nudge round an obstacle counts with the lane
-# change to its side (9 of core train's 6,841 samples). Every recorded sample has its meta-actions, so
-# every dataset has these classes.
-MANOEUVRES = ("keep_lane", "change_left", "change_right")
 
 
 def manoeuvre_class(meta_actions: Iterable[str]) -> int:

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from agents import load_agent
 from agents.vla import action_space
 from agents.vla.checkpoint import CheckpointError
-from agents.vla.flow import flow_matching_loss, guided_velocity, sample_ode
+from agents.vla.flow import flow_draw, guided_velocity, sample_ode
 from agents.vla.model import STATE_FEATURES, VISION_TOKENS, VLA, VLAConfig
 from agents.vla.positions import RopePositions
 
@@ -222,7 +222,7 @@ def test_prompt_only_flow_draws_see_exactly_the_cache_of_a_plan_without_reasonin
         g = torch.Generator().manual_seed(5)
         if coins:
             torch.rand(len(observations), generator=g)
-        return flow_matching_loss(model.expert, x1, ctx, mask, g, state=batch["state"])
+        return flow_draw(model.expert, x1, ctx, mask, g, state=batch["state"]).loss
 
     with torch.no_grad():
         prompt_only = model.losses(observations, reasoning, target, torch.Generator().manual_seed(5), prompt_only=1.0)
@@ -246,7 +246,7 @@ def test_unconditional_flow_draws_see_the_state_token_alone(model, observations)
         x1 = action_space.normalise(actions, c.action_mean, c.action_std, c.lateral_action)
         g = torch.Generator().manual_seed(5)
         torch.rand(len(observations), generator=g)  # the unconditional coins
-        state_only = flow_matching_loss(model.expert, x1, None, None, g, state=batch["state"])
+        state_only = flow_draw(model.expert, x1, None, None, g, state=batch["state"]).loss
         assert torch.allclose(blind["flow"], state_only, atol=1e-6)
         full = model.losses(observations, reasoning, target, torch.Generator().manual_seed(5))
         assert not torch.allclose(full["flow"], state_only, atol=1e-4)
@@ -275,11 +275,11 @@ def test_motion_dropout_hides_the_ego_motion_from_the_state_token_and_nothing_el
         state[:, :4] = 0.0
         g = torch.Generator().manual_seed(5)
         torch.rand(len(observations), generator=g)  # the motion-dropout coins
-        want = flow_matching_loss(model.expert, x1, ctx, batch["attention_mask"], g, state=state)
+        want = flow_draw(model.expert, x1, ctx, batch["attention_mask"], g, state=state).loss
         torch.testing.assert_close(hidden["flow"], want, atol=1e-6, rtol=0)
         g = torch.Generator().manual_seed(5)
         torch.rand(len(observations), generator=g)
-        seen = flow_matching_loss(model.expert, x1, ctx, batch["attention_mask"], g, state=batch["state"])
+        seen = flow_draw(model.expert, x1, ctx, batch["attention_mask"], g, state=batch["state"]).loss
         assert not torch.allclose(seen, hidden["flow"], atol=1e-4)  # the same draws with the motion shown
 
 
@@ -665,7 +665,7 @@ def test_manoeuvre_origin_starts_the_flow_from_the_planned_manoeuvres_mean_plan(
         return torch.zeros_like(x_t)
 
     x1, origin = torch.randn(2, 64, 2), origins[[2, 0]]
-    loss = flow_matching_loss(expert, x1, generator=torch.Generator().manual_seed(5), origin=origin)
+    loss = flow_draw(expert, x1, generator=torch.Generator().manual_seed(5), origin=origin).loss
     g = torch.Generator().manual_seed(5)
     t = 0.001 + 0.998 * torch.rand(2, generator=g) ** (1 / 1.5)
     source = torch.randn(x1.shape, generator=g) + origin
@@ -798,3 +798,97 @@ def _plans_alike_in_every_pass_and_after_a_reload(model: VLA, observations, tmp_
         a = model.act_batch(observations, reasoning=reasoning, generator=torch.Generator().manual_seed(2))
         b = reloaded.act_batch(observations, reasoning=reasoning, generator=torch.Generator().manual_seed(2))
         assert all(np.array_equal(x["trajectory"], y["trajectory"]) for x, y in zip(a, b))
+
+
+def test_the_clearance_loss_scores_each_flow_draws_estimate_against_the_car_ahead(observations):
+    """``clearance_margin`` scores the plan each flow draw's prediction points at (``x_t + (1 - t) v``) by the
+    metres it drives past the recorded car ahead less the margin, never below how far the label drives, and
+    leaves the flow loss's draws as they were; no car ahead costs nothing. ``clearance_synthetic`` asks the
+    expert again at the same noisy actions with a synthetic car in the state token, only for draws that keep
+    their lane; it needs a state token that reads the car."""
+    from agents.vla import action_space
+    from agents.vla.clearance import clearance_loss, lead_bound
+    from agents.vla.perception import PERCEPTION_TARGETS
+
+    model = VLA(VLAConfig(perception_targets=len(PERCEPTION_TARGETS), perception_in_state=True)).train()
+    c = model.config
+    braking = torch.zeros(2, 64, 2)
+    braking[..., 0] = -9.8  # the label brakes as hard as it can: 3-5 m from the cars' 8-10 m/s
+    label = action_space.integrate(braking, torch.tensor([8.0, 8.0]))  # (its positions; the actions are given)
+    v0 = model.prepare(observations)["v0"]
+    nothing = torch.tensor([[1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0]] * 2)
+    stopped = nothing.clone()
+    stopped[:, 0], stopped[:, 1], stopped[:, 2] = 6.0 / 60, v0 / 10, 1.0  # a stopped car 6 m ahead
+    calls = []
+    forward = model.expert.forward
+
+    def recorded(x_t, t, context=None, mask=None, state=None):
+        calls.append((x_t, t, state, out := forward(x_t, t, context, mask, state)))
+        return out
+
+    model.expert.forward = recorded
+
+    def losses(perception, **options):
+        calls.clear()
+        g = torch.Generator().manual_seed(0)
+        return model.losses(observations, ["Stop."] * 2, label, g, 2, perception=perception, actions=braking, **options)
+
+    plain = losses(stopped)
+    given = losses(stopped, clearance_margin=2.0)
+    torch.testing.assert_close(given["flow"], plain["flow"])  # the same draws
+    assert len(calls) == 1
+    x_t, t, _, v = calls[0]
+    estimate = x_t + (1 - t.view(-1, 1, 1)) * v
+    speeds = v0.repeat_interleave(2)
+    bound = lead_bound(stopped.repeat_interleave(2, 0), speeds, 2.0, 64)
+    assert float(bound.max()) == pytest.approx(4.0)  # 6 m less the margin, at every step
+    normalised = action_space.normalise(braking, c.action_mean, c.action_std, c.lateral_action)
+    drives = action_space.travel(normalised, v0, c.action_mean, c.action_std, c.lateral_action)
+    drives = drives.repeat_interleave(2, 0)
+    assert float(drives[:, -1].max()) > 4.0  # the label itself ends past that: the bound is the label's there
+    driven = action_space.travel(estimate, speeds, c.action_mean, c.action_std, c.lateral_action)
+    want = clearance_loss(driven, torch.maximum(bound, drives))
+    torch.testing.assert_close(given["clearance"], want)
+    assert float(given["clearance"].detach()) > 0
+    model.zero_grad()
+    given["clearance"].backward()
+    assert model.expert.head.weight.grad.abs().sum() > 0
+    assert float(losses(nothing, clearance_margin=2.0)["clearance"].detach()) == 0.0  # nothing within 60 m
+
+    synthetic = losses(nothing, clearance_margin=2.0, clearance_synthetic=1.0)
+    assert len(calls) == 2 and float(synthetic["clearance"].detach()) > 0  # every draw asked again
+    (x_t2, t2, state, _), (x_t3, t3, state3, _) = calls
+    torch.testing.assert_close(x_t3, x_t2)
+    torch.testing.assert_close(t3, t2)
+    torch.testing.assert_close(state3[:, :27], state[:, :27])  # the ego's features as they were
+    assert (state3[:, 28] >= 0).all() and not torch.allclose(state3[:, 27:], state[:, 27:])  # a car, closing
+    planner = VLA(
+        VLAConfig(
+            perception_targets=len(PERCEPTION_TARGETS), perception_in_state=True, manoeuvres=3, manoeuvre_in_state=True
+        )
+    )
+    asked = []
+    planner_forward = planner.expert.forward
+    planner.expert.forward = lambda x_t, *rest: asked.append(len(x_t)) or planner_forward(x_t, *rest)
+    for manoeuvres, again in (([1, 2], []), ([0, 1], [2])):  # only the draws that keep their lane
+        asked.clear()
+        planner.losses(
+            observations,
+            ["Stop."] * 2,
+            label,
+            torch.Generator().manual_seed(0),
+            2,
+            perception=nothing,
+            actions=braking,
+            manoeuvres=torch.tensor(manoeuvres),
+            clearance_margin=2.0,
+            clearance_synthetic=1.0,
+        )
+        assert asked == [4, *again]
+    with pytest.raises(ValueError, match="clearance_margin: the clearance loss needs the perception targets"):
+        model.losses(observations, ["Stop."] * 2, label, clearance_margin=2.0)
+    unread = VLA(VLAConfig(perception_targets=len(PERCEPTION_TARGETS)))
+    with pytest.raises(ValueError, match="clearance_synthetic: a synthetic car ahead reaches the plan"):
+        unread.losses(
+            observations, ["Stop."] * 2, label, perception=stopped, clearance_margin=2.0, clearance_synthetic=0.5
+        )

@@ -19,7 +19,7 @@ from agents.vla.flow import (
     ActionExpert,
     ExpertConfig,
     _sde_step_params,
-    flow_matching_loss,
+    flow_draw,
     log_prob,
     sample_ode,
     sample_sde,
@@ -216,14 +216,14 @@ def test_overfitting_eight_samples_drives_the_flow_loss_down():
     ctx = _context(B=8)
     opt = torch.optim.AdamW(ex.parameters(), lr=5e-3)
     g = torch.Generator().manual_seed(0)
-    first = flow_matching_loss(ex, target, ctx, generator=g).item()
+    first = flow_draw(ex, target, ctx, generator=g).loss.item()
     for _ in range(250):
-        loss = flow_matching_loss(ex, target, ctx, generator=g)
+        loss = flow_draw(ex, target, ctx, generator=g).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
     with torch.no_grad():
-        last = sum(flow_matching_loss(ex, target, ctx, generator=g).item() for _ in range(10)) / 10
+        last = sum(flow_draw(ex, target, ctx, generator=g).loss.item() for _ in range(10)) / 10
     assert last < 0.15 * first
     sample = sample_ode(ex, 8, ctx, generator=torch.Generator().manual_seed(1), steps=10)
     assert (sample - target).abs().mean() < 0.25
@@ -237,3 +237,57 @@ def test_a_zero_noise_start_is_deterministic():
     b = sample_ode(e, 2, noise_scale=0.0, generator=torch.Generator().manual_seed(1))
     c = sample_ode(e, 2, generator=torch.Generator().manual_seed(1))
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_travel_is_the_distance_a_plan_drives_along_its_path_and_stops_with_it():
+    """``travel`` integrates the acceleration channel as ``integrate`` drives it: on a straight plan it is
+    the plan's x, on a turning one its path length, and a plan braking to a stop travels no further."""
+    from agents.vla.action_space import normalise, travel
+
+    v0 = torch.tensor([10.0, 10.0])
+    a = torch.zeros(2, 64, 2)
+    a[1, :, 0] = -4.0  # stops after 2.5 s, 12.5 m on
+    a[:, :, 1] = torch.tensor([[0.0], [0.05]])  # the second turns
+    traj = integrate(a, v0)
+    driven = travel(normalise(a), v0)  # from the flow head's bound-scaled actions
+    torch.testing.assert_close(driven[0], traj[0, :, 0])
+    steps = torch.cat([traj[1:, :1, :2], torch.diff(traj[1:, :, :2], dim=1)], 1).norm(dim=-1)
+    torch.testing.assert_close(driven[1], torch.cumsum(steps[0], 0), atol=1e-3, rtol=1e-4)
+    assert float(driven[1, -1]) == pytest.approx(12.5, abs=1e-4)
+
+
+def test_the_clearance_bound_follows_the_recorded_car_ahead_and_synthetic_cars_are_nearer_and_slower():
+    """``lead_bound``: the car's position (its gap, driving on at the ego's speed less the closing speed)
+    less the margin, never below 0, unbounded with no car within 60 m. ``synthetic_leads`` replaces a
+    seeded share of the rows with a car nearer than the recorded one, stopped (and blocking the lane) or
+    slower than the ego, and leaves the others as they are."""
+    from agents.vla.clearance import lead_bound, synthetic_leads
+    from agents.vla.perception import PERCEPTION_TARGETS
+
+    gap, closing, stopped, blocked = (
+        PERCEPTION_TARGETS.index(k) for k in ("lead_gap", "lead_closing_speed", "lead_stopped", "blocked_gap")
+    )
+    perception = torch.tensor([[1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0]] * 3)
+    perception[1, [gap, closing]] = torch.tensor([20.0 / 60, 0.5])  # 20 m ahead at 5 m/s (ego at 10)
+    perception[2, [gap, closing, stopped]] = torch.tensor([1.0 / 60, 1.0, 1.0])  # stopped, 1 m ahead
+    bound = lead_bound(perception, torch.tensor([10.0, 10.0, 10.0]), 2.0, 64)
+    assert torch.isinf(bound[0]).all()
+    torch.testing.assert_close(bound[1, [0, 9, 63]], torch.tensor([18.5, 23.0, 50.0]))  # 20 + 5 t - 2
+    assert (bound[2] == 0).all()
+
+    v0 = torch.linspace(0.0, 15.0, 64)
+    many = torch.tensor([[1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0]]).repeat(64, 1)
+    many[:32, gap] = 0.5  # a car 30 m ahead in half the rows
+    same, none = synthetic_leads(many, v0, 0.0, torch.Generator().manual_seed(0))
+    assert not none.any() and torch.equal(same, many)
+    given, chosen = synthetic_leads(many, v0, 0.5, torch.Generator().manual_seed(0))
+    again, _ = synthetic_leads(many, v0, 0.5, torch.Generator().manual_seed(0))
+    assert torch.equal(given, again) and 16 < int(chosen.sum()) < 48
+    torch.testing.assert_close(given[~chosen], many[~chosen])
+    rows = given[chosen]
+    assert (rows[:, gap] <= many[chosen, gap]).all()  # nearer than the recorded car
+    assert (rows[:, closing] >= 0).all()  # never faster than the ego
+    still = rows[:, stopped] == 1
+    assert still.any() and (~still).any()
+    torch.testing.assert_close(rows[still, blocked] * 40, (rows[still, gap] * 60).clamp_max(40.0))
+    torch.testing.assert_close(rows[still, closing], (v0[chosen][still] / 10).clamp(-1, 1))

@@ -332,7 +332,8 @@ def test_manoeuvre_classes_come_from_each_samples_meta_actions_and_a_malformed_e
     entry that is not a JSON list of names is a ``DatasetError`` naming the array and the sample."""
     import zarr
 
-    from training.data.labels import MANOEUVRES, manoeuvre_class
+    from agents.vla.manoeuvre import MANOEUVRES
+    from training.data.labels import manoeuvre_class
 
     assert [
         MANOEUVRES[manoeuvre_class(m)]
@@ -373,7 +374,8 @@ def test_data_of_an_earlier_format_is_refused_with_why_before_anything_is_read_o
 
 def test_a_lane_change_not_under_way_by_then_reads_as_keep_lane():
     """``manoeuvre_under_way``: a change counts once its future is 0.5 m towards its side at ``by_s``."""
-    from training.data.labels import MANOEUVRES, manoeuvre_under_way
+    from agents.vla.manoeuvre import MANOEUVRES
+    from training.data.labels import manoeuvre_under_way
 
     keep, left, right = (MANOEUVRES.index(m) for m in ("keep_lane", "change_left", "change_right"))
     targets = np.zeros((5, 64, 3), np.float32)
