@@ -94,13 +94,13 @@ class TrainSection(_Section):
     # perception targets where the probe's reading goes: the plan learns from a reading that is right from the
     # first step (the probe's own is random at first and misreads the policy's states later)
     flow_perception_truth: float = Field(0.0, ge=0, le=1)
-    # weight of the clearance loss (agents/vla/clearance.py): the plan an evaluation drives, given the data's car
-    # ahead, is scored by how far it drives past that car less clearance_margin_m; it needs the perception
+    # weight of the clearance loss (agents/vla/clearance.py): the plan each flow draw's prediction points at is
+    # scored by how far it drives past the data's car ahead less clearance_margin_m; it needs the perception
     # targets (perception_weight > 0). The flow loss alone leaves a plan that hardly slows for a car 3 m ahead
     clearance_weight: float = Field(0.0, ge=0)
     clearance_margin_m: float = Field(2.0, ge=0)
-    # the share of a batch's rows whose clearance plan is given a synthetic car ahead (nearer than the recorded
-    # one, stopped or slower) in its state token ([model] perception_in_state): states the expert's data lacks
+    # the share of the lane-keeping flow draws asked again with a synthetic car ahead (nearer than the recorded
+    # one, stopped or slower) in the state token ([model] perception_in_state): states the expert's data lacks
     clearance_synthetic: float = Field(0.0, ge=0, le=1)
     # draw a sample whose target shows one of these meta-actions that many times as often as the others
     # (the largest weight it has): the expert's lane changes are 6% of its samples, and a plan that never
