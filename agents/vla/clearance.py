@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import torch
 
-from agents.vla.perception import CLOSING_SCALE_MPS, LEAD_RANGE_M, PERCEPTION_TARGETS
+from agents.vla.action_space import DT
+from agents.vla.perception import BLOCKED_RANGE_M, CLOSING_SCALE_MPS, LEAD_RANGE_M, PERCEPTION_TARGETS
 
-STEP_S = 0.1  # seconds per plan step
 _GAP, _CLOSING, _STOPPED, _BLOCKED = (
     PERCEPTION_TARGETS.index(name) for name in ("lead_gap", "lead_closing_speed", "lead_stopped", "blocked_gap")
 )
-BLOCKED_RANGE_M = 40.0  # blocked_gap's scale (agents.vla.perception.perception_targets)
 STOPPED_SHARE = 0.5  # of the synthetic cars ahead, the share that stands still (the others drive slower)
 
 
@@ -44,7 +43,7 @@ def lead_bound(perception: torch.Tensor, v0: torch.Tensor, margin_m: float, step
     car's position less ``margin_m``, never below 0; ``inf`` where no car is within ``LEAD_RANGE_M``."""
     gap = perception[:, _GAP] * LEAD_RANGE_M
     lead_speed = (v0 - perception[:, _CLOSING] * CLOSING_SCALE_MPS).clamp_min(0.0)
-    t = torch.arange(1, steps + 1, dtype=perception.dtype, device=perception.device) * STEP_S
+    t = torch.arange(1, steps + 1, dtype=perception.dtype, device=perception.device) * DT
     bound = (gap[:, None] + lead_speed[:, None] * t - margin_m).clamp_min(0.0)
     return torch.where((gap < LEAD_RANGE_M)[:, None], bound, torch.full_like(bound, float("inf")))
 

@@ -832,7 +832,7 @@ class VLA(nn.Module, TrainableParts):
             given = torch.rand(len(state), generator=generator, device=state.device) < perception_truth
             truth = perception.to(state).repeat_interleave(flow_samples, 0)
             state = state.clone()
-            state[given, STATE_FEATURES : STATE_FEATURES + c.perception_targets] = truth[given]
+            state[given, self._perception_columns] = truth[given]
         draw = flow_draw(self.expert, target.to(self.device), ctx, mask, generator, state=state, origin=origin)
         losses["flow"] = draw.loss
         if clearance_margin is not None:
@@ -872,23 +872,26 @@ class VLA(nn.Module, TrainableParts):
             return action_space.travel(u, v0, c.action_mean, c.action_std, c.lateral_action)
 
         bound = torch.maximum(lead_bound(perception, v0, margin, steps), travel(rows["target"]))  # >= the label
-        driven = travel(draw.estimate)
+        estimate = draw.estimate
         if synthetic > 0:
             given, chosen = synthetic_leads(perception, v0, synthetic, generator)
             if "manoeuvre" in rows:  # a car to stop for, not to pass: only draws that keep their lane
                 chosen = chosen & (rows["manoeuvre"] == MANOEUVRES.index("keep_lane"))
             if bool(chosen.any()):
                 state = rows["state"][chosen].clone()
-                state[:, STATE_FEATURES : STATE_FEATURES + c.perception_targets] = given[chosen].to(state)
+                state[:, self._perception_columns] = given[chosen].to(state)
                 context = [(k[chosen], v[chosen]) for k, v in rows["context"]]
                 predicted = self.expert(draw.x_t[chosen], draw.t[chosen], context, rows["mask"][chosen], state)
-                estimate = draw.x_t[chosen] + (1 - draw.t[chosen].view(-1, 1, 1)) * predicted
-                driven, bound = driven.clone(), bound.clone()
-                driven[chosen] = action_space.travel(
-                    estimate, v0[chosen], c.action_mean, c.action_std, c.lateral_action
-                )
-                bound[chosen] = lead_bound(given[chosen], v0[chosen], margin, steps)
+                estimate = estimate.clone()
+                estimate[chosen] = draw.x_t[chosen] + (1 - draw.t[chosen].view(-1, 1, 1)) * predicted
+                bound = torch.where(chosen[:, None], lead_bound(given, v0, margin, steps), bound)
+        driven = travel(estimate)
         return clearance_loss(driven, bound)
+
+    @property
+    def _perception_columns(self) -> slice:
+        """Where the state token's input carries what the probe read (``perception_in_state``)."""
+        return slice(STATE_FEATURES, STATE_FEATURES + self.config.perception_targets)
 
     # --- persistence -------------------------------------------------------------------------------------------
     def save_pretrained(self, path: str | Path) -> None:

@@ -27,6 +27,7 @@ from rewards.scene import SceneFacts
 # nothing is there (a gap reads as its range, a flag as 0), so every sample has all of them.
 LEAD_RANGE_M = 60.0  # lead_gap's scale: the farthest gap it tells apart
 CLOSING_SCALE_MPS = 10.0  # lead_closing_speed's scale, and the largest closing speed it tells apart
+BLOCKED_RANGE_M = 40.0  # blocked_gap's scale: an obstacle in the ego lane is counted within it (rewards.scene)
 PERCEPTION_TARGETS = (
     "lead_gap",  # bumper-to-bumper gap to the nearest vehicle in the ego path, / 60 m (1: none within 60 m)
     "lead_closing_speed",  # ego speed - that vehicle's speed, / 10 m/s, clipped to [-1, 1] (0: none)
@@ -49,7 +50,7 @@ def perception_targets(facts: SceneFacts) -> np.ndarray:
         "lead_gap": min(lead["gap"], LEAD_RANGE_M) / LEAD_RANGE_M if lead else 1.0,
         "lead_closing_speed": float(np.clip((facts.speed - lead["speed"]) / CLOSING_SCALE_MPS, -1, 1)) if lead else 0.0,
         "lead_stopped": float(bool(lead and lead["stopped"])),
-        "blocked_gap": min(facts.blocked_lane["gap"], 40.0) / 40.0 if facts.blocked_lane else 1.0,
+        "blocked_gap": min(facts.blocked_lane["gap"], BLOCKED_RANGE_M) / BLOCKED_RANGE_M if facts.blocked_lane else 1.0,
         "cut_in_gap": min(facts.cut_in["gap"], 30.0) / 30.0 if facts.cut_in else 1.0,
         "stop_distance": float(np.clip(min(stop), 0.0, 50.0)) / 50.0 if stop else 1.0,
         "pedestrian_in_path": float(any(p["in_path"] for p in facts.pedestrians)),
