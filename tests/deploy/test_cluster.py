@@ -100,23 +100,10 @@ def test_distributed_eval_across_two_nodes_matches_in_process(cluster, tmp_path)
     assert remote["suites"] == local["suites"] and remote["success_rate"] == local["success_rate"]
 
 
-SPREAD = """
-import ray, sys
-from training.rl.rollouts import RolloutWorkers
-ray.init(address=sys.argv[1], log_to_driver=False)
-w = RolloutWorkers({"bank": "smoke", "n_frames": 1, "image_size": [56, 112]}, {"path": sys.argv[2], "threads": 1}, 2)
-print(len(set(w.group.foreach_env_runner(lambda r: ray.get_runtime_context().get_node_id(), local_env_runner=False))))
-w.stop()
-"""
-
-
 def test_grpo_across_two_nodes_matches_a_single_machine_run(cluster, tmp_path):
     from agents.vla.model import VLA, VLAConfig
 
     VLA(VLAConfig(size="tiny", image_size=(56, 112))).save_pretrained(tmp_path / "vla")
-    spread = _run([sys.executable, "-c", SPREAD, cluster, str(tmp_path / "vla")])
-    assert spread.stdout.strip().splitlines()[-1] == "2"  # one env runner on each node
-
     sets = [
         "--set",
         'algorithm="grpo"',
@@ -148,6 +135,9 @@ def test_grpo_across_two_nodes_matches_a_single_machine_run(cluster, tmp_path):
     cmd = [sys.executable, "training/run.py", "--config", str(recipe), *sets]
     _run([*cmd, "--run-dir", str(tmp_path / "local")])
     _run([*cmd, "--set", f'rl.ray_address="{cluster}"', "--run-dir", str(tmp_path / "cluster")])
+    for run, nodes in (("local", 1), ("cluster", 2)):  # on the cluster, one env runner on each node
+        rows = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        assert {r["env_runner_nodes"] for r in rows if "env_runner_nodes" in r} == {nodes}, run
     a = VLA.from_pretrained(tmp_path / "local" / "checkpoints" / "final")
     b = VLA.from_pretrained(tmp_path / "cluster" / "checkpoints" / "final")
     for (name, x), (_, y) in zip(a.expert.state_dict().items(), b.expert.state_dict().items()):

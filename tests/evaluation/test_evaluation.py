@@ -158,20 +158,17 @@ def test_ray_workers_give_the_same_results_and_survive_a_dying_worker(tmp_path, 
         s0 = evaluate(base, tmp_path / "w0", progress=False)
         s2 = evaluate(base.model_copy(update={"workers": 2}), tmp_path / "w2", progress=False)
         _same(s0, s2)
-        # the VLA too: the same numbers in-process and on 1 or 2 workers (one torch-thread policy, task seeds)
+        # the VLA too: the same numbers in-process and on 2 workers (one torch-thread policy, task seeds)
         from agents.vla import VLA, VLAConfig
 
         VLA(VLAConfig(size="tiny")).save_pretrained(tmp_path / "vla")
         vla = EvalConfig(bank="smoke", agent=f"vla:{tmp_path / 'vla'}?reasoning=0", scenarios=FEW[:2])
-        runs = [
-            evaluate(vla.model_copy(update={"workers": w}), tmp_path / f"vla{w}", progress=False) for w in (0, 1, 2)
-        ]
+        runs = [evaluate(vla.model_copy(update={"workers": w}), tmp_path / f"vla{w}", progress=False) for w in (0, 2)]
         traces = [
-            [r["trace"] for r in sorted(read_episodes(tmp_path / f"vla{w}"), key=lambda r: r["key"])] for w in (0, 1, 2)
+            [r["trace"] for r in sorted(read_episodes(tmp_path / f"vla{w}"), key=lambda r: r["key"])] for w in (0, 2)
         ]
-        assert traces[0] == traces[1] == traces[2]
+        assert traces[0] == traces[1]
         _same(runs[0], runs[1])
-        _same(runs[0], runs[2])
         cfg = EvalConfig(
             bank="smoke", agent="tests.evaluation.plugin_agents:KillsItsWorker", scenarios=FEW[:2], workers=2
         )

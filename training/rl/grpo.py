@@ -262,6 +262,7 @@ def train_grpo(
     scene_facts = rl.reasoning and rl.consistency_weight > 0
     env = env_config(recipe, policy.camera_size, scene_facts)
     workers = RolloutWorkers(env, model_config, rl.env_runners, recipe.seed, rl.envs_per_runner)
+    nodes = workers.nodes()
     bc = demonstration_args(recipe)
     demos = Demonstrations(**bc) if bc else None
     pool = scenario_pool(recipe)
@@ -313,6 +314,7 @@ def train_grpo(
                 "time/update_s": time.perf_counter() - t1,
                 "env_steps_per_s": env_steps / max(t_rollout, 1e-9),
                 "lr": rl.lr,
+                "env_runner_nodes": float(nodes),
                 "env_runner_restarts": float(workers.restarts),
                 "rollout_reruns": float(workers.reruns),
             }

@@ -470,6 +470,18 @@ class RolloutWorkers:
                 break
             time.sleep(1.0)
 
+    def nodes(self) -> int:
+        """How many Ray nodes the env runners run on (1 when they run in this process): on a cluster,
+        whether the rollouts spread over its machines."""
+        if self.num_env_runners == 0:
+            return 1
+        import ray
+
+        where = self.group.foreach_env_runner(
+            lambda runner: ray.get_runtime_context().get_node_id(), local_env_runner=False
+        )
+        return len(set(where))
+
     def _runner_ids(self) -> list[int]:
         if self.num_env_runners == 0:
             return [0]

@@ -83,7 +83,7 @@ def test_overfitting_eight_samples_drives_text_and_flow_losses_down():
     g = torch.Generator().manual_seed(0)
     first = {k: v.item() for k, v in model.losses(obs, texts, trajs, g).items()}
     fitted = action_space.from_trajectory(trajs, model.prepare(obs)["v0"], lateral=model.config.lateral_action)
-    for _ in range(150):  # the targets' actions fitted once, as SFT does
+    for _ in range(80):  # the targets' actions fitted once, as SFT does
         loss = model.losses(obs, texts, trajs, g, actions=fitted)
         opt.zero_grad()
         (loss["text"] + loss["flow"]).backward()
