@@ -784,6 +784,10 @@ class VLA(nn.Module, TrainableParts):
         "clearance"): the plan each flow draw's prediction points at must stay that far behind the targets'
         car ahead; ``clearance_synthetic`` is the share of draws (a fifth coin per draw, after the flow's)
         whose expert is asked again, at the same noisy actions, given a synthetic car ahead."""
+        if clearance_margin is not None and perception is None:
+            raise ValueError("clearance_margin: the clearance loss needs the perception targets (the car ahead)")
+        if clearance_synthetic > 0 and not self.config.perception_in_state:
+            raise ValueError("clearance_synthetic: a synthetic car ahead reaches the plan through the state token")
         batch = self.prepare(observations, reasoning)
         if perception is not None and self.perception_probe is None:
             raise ValueError("perception targets given, but this VLA has no perception probe (add_perception_probe)")
@@ -807,10 +811,6 @@ class VLA(nn.Module, TrainableParts):
         mask, state, start = batch["attention_mask"], self.planning_state(batch), batch["reasoning_start"]
         origin = self.flow_origin(batch)
         losses = {"text": text}
-        if clearance_margin is not None and perception is None:
-            raise ValueError("clearance_margin: the clearance loss needs the perception targets (the car ahead)")
-        if clearance_synthetic > 0 and not c.perception_in_state:
-            raise ValueError("clearance_synthetic: a synthetic car ahead reaches the plan through the state token")
         if flow_samples > 1:
             ctx = [(k.repeat_interleave(flow_samples, 0), v.repeat_interleave(flow_samples, 0)) for k, v in ctx]
             target, mask, state, start = (x.repeat_interleave(flow_samples, 0) for x in (target, mask, state, start))
@@ -881,9 +881,12 @@ class VLA(nn.Module, TrainableParts):
                 state = rows["state"][chosen].clone()
                 state[:, self._perception_columns] = given[chosen].to(state)
                 context = [(k[chosen], v[chosen]) for k, v in rows["context"]]
-                predicted = self.expert(draw.x_t[chosen], draw.t[chosen], context, rows["mask"][chosen], state)
+                x_t, t = draw.x_t[chosen], draw.t[chosen]
+                asked = FlowDraw(
+                    x_t, t, draw.velocity[chosen], self.expert(x_t, t, context, rows["mask"][chosen], state)
+                )
                 estimate = estimate.clone()
-                estimate[chosen] = draw.x_t[chosen] + (1 - draw.t[chosen].view(-1, 1, 1)) * predicted
+                estimate[chosen] = asked.estimate
                 bound = torch.where(chosen[:, None], lead_bound(given, v0, margin, steps), bound)
         driven = travel(estimate)
         return clearance_loss(driven, bound)
