@@ -279,6 +279,21 @@ class LoopDriveEnv(DriveEnv):
             self.imagined.set_state(snap["imagined"])
         return self._observe(), self._info([], {})
 
+    def move_actor(self, actor_id: str, metres: float) -> dict[str, Any]:
+        """Move an actor ``metres`` forward now (:meth:`World.move_along`; negative: back) and return the
+        observation with the cameras' newest frame rendered again. A branch: :meth:`restore` a snapshot to
+        go on with the episode. With ``n_frames > 1`` refused: the older frames would show it where it was."""
+        if self.world is None:
+            raise RuntimeError("call reset() before move_actor()")
+        if self.n_frames > 1:
+            raise ValueError(f"move_actor: n_frames = {self.n_frames}; the older frames would show the actor unmoved")
+        if self.imagined is not None:
+            raise ValueError("move_actor: the world model draws this env's frames, not the moved world")
+        self.world.move_along(actor_id, metres)
+        if self._frames is not None:
+            self._timed_capture(self.frame_slots - 1)
+        return self._observe()
+
     def run_out(self, driver: Callable[[dict[str, Any]], np.ndarray], steps: int) -> list[EgoState]:
         """The ego's poses for up to ``steps`` world steps (0.1 s) past the episode's end, ``driver``
         (observation -> trajectory) planning on, as in the episode: an episode ends at its goal or its

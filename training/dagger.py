@@ -58,13 +58,16 @@ def round_data(run_dir: Path, round_: int) -> Path:
 
 def disagreement(data: DrivingDataset) -> np.ndarray:
     """Per sample, how wrong the policy was there: its plan's average displacement error (m) against
-    the expert's label over the 6.4 s."""
+    the expert's label over the 6.4 s. A closer lead's sample (``closer_lead``: a state no policy drove
+    into, with no plan) counts as the round's average."""
     if "plan" not in data.arrays:
         raise DatasetError(
             f"{data.path}: dagger.focus = 'disagreement' needs the policy's plans, and this round's data "
             "was collected before they were recorded; collect the round again or use focus = 'uniform'"
         )
-    return ade(data.arrays["plan"], data.arrays["target"])
+    wrong = ade(data.arrays["plan"], data.arrays["target"])
+    planned = np.isfinite(wrong)
+    return np.where(planned, wrong, wrong[planned].mean() if planned.any() else 0.0)
 
 
 def publish_policy(recipe: SFTRecipe, run_dir: Path, round_: int, policy_checkpoint: Path) -> str:
@@ -85,6 +88,7 @@ def collect_round(
             "agent": driver,
             "target": "expert",
             "label_every": recipe.dagger.label_every,
+            "closer_lead": recipe.dagger.closer_lead,
             "scenarios": round_scenarios(recipe, round_),
             "seeds": 1,
             "perturb_fraction": 0.0,

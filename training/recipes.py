@@ -184,7 +184,12 @@ class DaggerSection(_Section):
     ``"expert?time_headway=0.6&min_gap=2"``) drives ``episodes`` scenarios and the expert labels the
     states it reaches, as in DART: states beside the expert's own (a car braking close ahead of an ego
     at speed) that the expert avoids and the policy does not; round 0's data is in the rounds' share of
-    every batch from the first step."""
+    every batch from the first step.
+
+    ``closer_lead``: at that share of the labelled decisions with a car ahead, a second sample with the car
+    moved back along its lane to a gap drawn between 2 m and its own, the cameras rendered there and the
+    expert's label from there (``collect``'s ``closer_lead``): near cars at speed, which the expert's data
+    lacks and the policy drives into (needs ``[data] n_frames = 1``)."""
 
     rounds: int = Field(0, ge=0)
     round0_driver: str | None = None
@@ -193,6 +198,7 @@ class DaggerSection(_Section):
     expert_fraction: float = Field(0.5, ge=0, le=1)
     label_every: int = Field(1, ge=1)
     focus: Literal["uniform", "disagreement"] = "uniform"
+    closer_lead: float = Field(0.0, ge=0, le=1)
 
     @field_validator("round0_driver")
     @classmethod
@@ -447,6 +453,11 @@ class SFTRecipe(_OnData):
     def _dagger_after_one_schedule(self) -> SFTRecipe:
         if self.dagger.rounds and self.train.two_stage:
             raise ValueError("dagger: rounds after a two_stage schedule are not supported (set one of them)")
+        if self.dagger.closer_lead and self.data.n_frames > 1:
+            raise ValueError(
+                f"dagger.closer_lead needs data.n_frames = 1 (it is {self.data.n_frames}): older frames would show "
+                "the car unmoved"
+            )
         return self
 
     @model_validator(mode="before")

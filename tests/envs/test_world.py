@@ -321,6 +321,32 @@ def test_snapshot_restore_reproduces_bit_for_bit(smoke):
         assert np.array_equal(a, b)
 
 
+def test_moving_the_car_ahead_back_brings_it_nearer_along_its_lane_and_the_world_goes_on_from_there(empty_straight):
+    """``move_along``: a lane-following car moves along its lane keeping its speed, a parked one along its
+    heading; the ego and unknown actors are refused; the world steps on from the moved state."""
+    ego = empty_straight.ego
+    actors = [
+        {"id": "car", "lane": ego.lane, "s": ego.s + 40, "speed": 5.0, "path": [ego.lane]},
+        {"id": "parked", "lane": ego.lane, "s": ego.s + 80, "behaviour": {"type": "static"}},
+    ]
+    w = World(_with(empty_straight, actors=actors))
+    a, st = w.compiled.actors, w.state
+    car, parked = a.index("car"), a.index("parked")
+    before = st.s[car], st.x[car], st.y[car], st.speed[car], st.x[parked], st.y[parked]
+    w.move_along("car", -25.0)
+    w.move_along("parked", -10.0)
+    assert st.s[car] == pytest.approx(before[0] - 25.0) and st.speed[car] == before[3]
+    assert np.hypot(st.x[car] - before[1], st.y[car] - before[2]) == pytest.approx(25.0, abs=1e-6)  # a straight lane
+    assert np.hypot(st.x[parked] - before[4], st.y[parked] - before[5]) == pytest.approx(10.0)
+    w.step(0.0, 0.0)
+    assert st.s[car] == pytest.approx(before[0] - 25.0 + 0.5, abs=0.05)  # 0.1 s at about 5 m/s on from there
+    with pytest.raises(ValueError, match="'ego'"):
+        w.move_along(a.ids[0], 1.0)
+    with pytest.raises(ValueError, match="'nobody'"):
+        w.move_along("nobody", 1.0)
+    assert w.movable("car") and w.movable("parked") and not w.movable(a.ids[0])
+
+
 # --- every family runs ----------------------------------------------------------------------------------------
 def _family_samples():
     core = load_bank("core", split="train")

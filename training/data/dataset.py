@@ -160,7 +160,12 @@ class DrivingDataset:
         self.text = {k: [str(x) for x in _read(g, path, k, self.n)] for k in TEXT}
         self.manoeuvres = _manoeuvres(self.text["meta_actions"], path)
         for name, values in self.arrays.items():
-            if values.dtype.kind == "f" and not np.isfinite(values).all():
+            if values.dtype.kind != "f":
+                continue
+            finite = np.isfinite(values)
+            if name == "plan":  # a closer lead's sample has no plan: its row is all NaN (collect's closer_lead)
+                finite |= np.isnan(values).all(axis=tuple(range(1, values.ndim)), keepdims=True)
+            if not finite.all():
                 raise DatasetError(f"{path / name}: non-finite values in the complete samples")
         try:
             self.card = dataset_card(path)

@@ -153,6 +153,8 @@ def collect(cfg: CollectSettings, out: str | Path, progress: bool | None = None)
     is the same for any worker count (and a collection resumed with another count continues it)."""
     from agents import trained_observation
 
+    # settings updated with model_copy are checked too
+    cfg = CollectSettings.model_validate(cfg.model_dump(include=set(CollectSettings.model_fields)))
     trained = trained_observation(cfg.agent)  # a VLA that drives sees what it learnt from
     if trained is not None and (why := trained.other_frames(cfg.n_frames, cfg.agent, cfg.frame_every)):
         raise DatasetError(
@@ -214,7 +216,7 @@ class EpisodeRecorder:
         )
         self.agent = load_agent(cfg.agent)
         self.labeller = None
-        if cfg.target == "expert":
+        if cfg.target == "expert" or cfg.closer_lead:
             from training.data.dagger import ExpertLabeller
 
             self.labeller = ExpertLabeller(cfg.bank, cfg.split, cfg.decision_every, run_out=cfg.run_out)
@@ -294,9 +296,10 @@ def _key(episode: tuple[str, int, bool]) -> str:
 def _rollout(
     env, agent, sid, seed, perturbed, index, cfg, teacher, filt, scene_facts, labeller=None
 ) -> tuple[list[dict[str, Any]], CollectStats]:
-    """One episode's samples and its counts. With a labeller (DAgger) the targets are the expert's
-    futures from the agent's states, and an episode the agent crashed is kept: its states are the
-    ones the data lacks."""
+    """One episode's samples and its counts. With ``target = "expert"`` (DAgger) the targets are the
+    labeller's: the expert's futures from the agent's states, and an episode the agent crashed is kept:
+    its states are the ones the data lacks. A closer lead's sample (``closer_lead``) is labelled so in
+    any collection."""
     options: dict[str, Any] = {"scenario": sid}
     if perturbed:
         rng = np.random.default_rng(1000 + index)
@@ -307,11 +310,14 @@ def _rollout(
     obs, _ = env.reset(seed=seed, options=options)
     world = env.world
     agent.reset({"scenario": env.scenario, "world": world, "seed": seed})
-    decisions, done, info = [], False, {}
+    closer_draws = np.random.default_rng(2000 + index)  # the closer leads' draws: per episode, any worker count
+    dagger = cfg.target == "expert"
+    decisions, done, info, n_decisions = [], False, {}, 0
     while not done:
         out = agent.act(obs)
         facts = scene_facts(world)
-        labelled = labeller is not None and len(decisions) % cfg.label_every == 0
+        labelled = dagger and n_decisions % cfg.label_every == 0
+        n_decisions += 1
         decisions.append(
             {
                 "label": labeller.label(env.snapshot(), seed) if labelled else None,
@@ -320,14 +326,22 @@ def _rollout(
                 "facts": facts,
                 "reasoning": out.reasoning or "",
                 "plan": np.asarray(out.trajectory, np.float32),
+                "perturbed": perturbed,
+                "closer": False,
             }
         )
+        branches = labelled or not dagger  # in DAgger's data only beside a labelled decision
+        closer = _closer_lead(env, facts, scene_facts, closer_draws, cfg.closer_lead) if branches else None
+        if closer is not None:
+            closer["label"] = labeller.label(env.snapshot(), seed)
+            decisions.append(closer)
+            env.restore(closer.pop("snapshot"))  # back where the driver was: the episode goes on unchanged
         obs, _, terminated, truncated, info = env.step(out.trajectory)
         done = terminated or truncated
     m = info["metrics"]
     bad = m["at_fault_collisions"] > 0 or m["events"].get("offroad", 0) > 0
     stats = CollectStats(episodes=1, families=Counter([env.scenario.family]))
-    if bad and labeller is None:
+    if bad and not dagger:
         stats.dropped_episodes += 1
         return [], stats
     track = env.ego_track
@@ -335,7 +349,7 @@ def _rollout(
         track = track + env.run_out(lambda o: agent.act(o).trajectory, HORIZON)
     samples = []
     for d in decisions:
-        if labeller is not None:
+        if dagger or d["closer"]:
             if d["label"] is None:  # not a labelled decision (label_every)
                 continue
             if d["label"].failed:
@@ -376,7 +390,7 @@ def _rollout(
                 "episode": index,
                 "t": d["k"] * 0.1,
                 "consistency": score,
-                "perturbed": perturbed,
+                "perturbed": d["perturbed"],
                 "perception": perception_targets(d["facts"]),
                 "scenario": sid,
                 "reasoning": reasoning,
@@ -387,6 +401,39 @@ def _rollout(
         )
     stats.kept, stats.rejected = filt.kept, filt.rejected
     return samples, stats
+
+
+CLOSER_LEAD_MIN_GAP_M = 2.0  # the nearest a closer lead is put (bumper to bumper)
+# ... and the farthest: the probe reads gaps beyond 15-20 m about right and nearer ones in the policy's own
+# states badly (docs/experiments/rl.md, stops 70 and 74)
+CLOSER_LEAD_MAX_GAP_M = 20.0
+
+
+def _closer_lead(env, facts, scene_facts, draws: np.random.Generator, share: float) -> dict[str, Any] | None:
+    """With probability ``share`` where a car is ahead, a branch of this decision with that car moved back
+    along its lane to a gap drawn uniformly between ``CLOSER_LEAD_MIN_GAP_M`` and its own (at most
+    ``CLOSER_LEAD_MAX_GAP_M``): the decision's record there (no plan: the driver did not drive there) and
+    the snapshot to restore afterwards. None where no car is ahead, the draw says no, or the world cannot
+    move that car."""
+    lead = facts.lead_vehicle
+    if not share or lead is None or lead["gap"] <= CLOSER_LEAD_MIN_GAP_M:
+        return None
+    farthest = min(lead["gap"], CLOSER_LEAD_MAX_GAP_M)
+    take, gap = draws.random() < share, draws.uniform(CLOSER_LEAD_MIN_GAP_M, farthest)  # both drawn: one stream
+    if not take or not env.world.movable(lead["id"]):
+        return None
+    snapshot = env.snapshot()
+    obs = env.move_actor(lead["id"], gap - lead["gap"])
+    return {
+        "snapshot": snapshot,
+        "k": len(env.ego_track) - 1,
+        "obs": obs,
+        "facts": scene_facts(env.world),
+        "reasoning": "",
+        "plan": np.full((HORIZON, 3), np.nan, np.float32),
+        "perturbed": True,
+        "closer": True,
+    }
 
 
 @dataclass

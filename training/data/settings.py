@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class CollectSettings(BaseModel):
@@ -42,6 +42,15 @@ class CollectSettings(BaseModel):
         description="drive on past each episode's end (the expert past a DAgger label's), so that the decisions "
         "of its last 6.4 s have a driven future to learn where the road goes on",
     )
+    closer_lead: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="the share of decisions with a car ahead (with target expert: of labelled ones) at which a second "
+        "sample is recorded with that car moved back along its lane, to a gap drawn between 2 m and its own (at most "
+        "20 m), the cameras rendered there and the expert's driven future from there as its target: the near cars "
+        "at speed that the expert's data lacks",
+    )
     perturb_lateral_m: float = Field(1.0, ge=0, description="largest lateral offset of a perturbed start")
     perturb_heading_deg: float = Field(8.0, ge=0, description="largest heading offset of a perturbed start")
     chunk: int = Field(64, ge=1, description="samples per zarr chunk")
@@ -57,3 +66,13 @@ class CollectSettings(BaseModel):
     def _whole_bank(cls, v: Any) -> Any:
         """TOML has no null: ``split = "all"`` means the whole bank (banks without splits, like smoke)."""
         return None if v == "all" else v
+
+    @model_validator(mode="after")
+    def _closer_lead_is_labelled(self) -> CollectSettings:
+        """A closer lead's state is one no driver reached: its target is the expert's driven future from
+        there (no agent's plan), and only one frame can show the car where it was moved."""
+        if self.closer_lead and self.target == "plan":
+            raise ValueError(f"closer_lead = {self.closer_lead}: target = 'plan' has no plan where the car was moved")
+        if self.closer_lead and self.n_frames > 1:
+            raise ValueError(f"closer_lead = {self.closer_lead} needs n_frames = 1: older frames show the car unmoved")
+        return self

@@ -12,6 +12,7 @@ import pytest
 import envs  # noqa: F401
 from agents import load_agent
 from envs import LoopDriveEnv
+from envs.sensors.resize import resize_frames
 from tests.envs.helpers import drive_to_the_end
 from tests.training.helpers import collect_settings
 from training.data import DrivingDataset, card_path, collect, future_in_ego_frame
@@ -114,6 +115,76 @@ def test_dagger_collect_keeps_crashed_episodes_and_labels_every_kth_decision(tmp
     obs, _ = env.reset(seed=0, options={"scenario": "curve-000"})
     cv.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
     np.testing.assert_array_equal(ds.arrays["plan"][curve][0], cv.act(obs).trajectory.astype(np.float32))
+
+
+@pytest.mark.parametrize("target", ["executed", "expert"])
+def test_a_closer_lead_is_the_car_ahead_moved_back_rendered_and_labelled_there_and_the_episode_goes_on(
+    target, tmp_path
+):
+    """``closer_lead``: beside a decision with a car ahead (in DAgger's data a labelled one), a sample with
+    that car nearer (its gap drawn between 2 m and its own, at most 20 m), the cameras rendered there and
+    the expert's driven future from there as its target, bit for bit as by hand; the driver's own samples
+    are those of a collection without it."""
+    from rewards.scene import scene_facts
+    from training.dagger import disagreement
+    from training.data.record import CLOSER_LEAD_MAX_GAP_M, CLOSER_LEAD_MIN_GAP_M
+
+    every = 3 if target == "expert" else 1
+    base = dict(agent="expert", target=target, scenarios=["lead_brake-000"], perturb_fraction=0.0, label_every=every)
+    collect(collect_settings(**base), tmp_path / "plain.zarr", progress=False)
+    collect(collect_settings(**base, closer_lead=0.5), tmp_path / "closer.zarr", progress=False)
+    plain, closer = DrivingDataset(tmp_path / "plain.zarr"), DrivingDataset(tmp_path / "closer.zarr")
+    moved = closer.arrays["perturbed"][:]
+    assert 0 < moved.sum() < (~moved).sum() == len(plain)
+    for name in plain.arrays:  # the driver's own samples: unchanged
+        np.testing.assert_array_equal(plain.arrays[name][:], closer.arrays[name][:][~moved], err_msg=name)
+    assert np.isnan(closer.arrays["plan"][:][moved]).all()  # the driver did not drive there ...
+    if target == "expert":  # ... so DAgger's focus counts them as the round's average
+        wrong = disagreement(closer)
+        assert np.allclose(wrong[moved], wrong[~moved].mean()) and np.isfinite(wrong).all()
+    gap = closer.arrays["perception"][:, 0] * 60.0
+    own = {float(t): g for t, g in zip(closer.arrays["t"][:][~moved], gap[~moved])}
+    for t, g in zip(closer.arrays["t"][:][moved], gap[moved]):
+        assert CLOSER_LEAD_MIN_GAP_M - 0.1 <= g <= min(own[float(t)], CLOSER_LEAD_MAX_GAP_M) + 0.1
+
+    # the first closer lead by hand: the expert drives, the same draws, the car moved, rendered, labelled
+    env = LoopDriveEnv(bank="smoke", n_frames=1, camera_size=(128, 256), observations=OBSERVED)
+    obs, _ = env.reset(seed=0, options={"scenario": "lead_brake-000"})
+    expert, labeller = load_agent("expert"), ExpertLabeller("smoke", None, env.decision_every)
+    expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    draws, decision = np.random.default_rng(2000), 0
+    while True:
+        plan = expert.act(obs).trajectory
+        lead = scene_facts(env.world).lead_vehicle
+        if decision % every == 0 and lead is not None and lead["gap"] > CLOSER_LEAD_MIN_GAP_M:
+            farthest = min(lead["gap"], CLOSER_LEAD_MAX_GAP_M)
+            take, drawn = draws.random() < 0.5, draws.uniform(CLOSER_LEAD_MIN_GAP_M, farthest)
+            if take:
+                break
+        obs, *_ = env.step(plan)
+        decision += 1
+    by_hand = env.move_actor(lead["id"], drawn - lead["gap"])
+    first = int(np.flatnonzero(moved)[0])
+    np.testing.assert_array_equal(closer.arrays["cameras"][first], resize_frames(by_hand["cameras"], (56, 112)))
+    np.testing.assert_array_equal(closer.arrays["target"][first], labeller.label(env.snapshot()).target)
+    assert closer.arrays["t"][first - 1] == closer.arrays["t"][first]  # the driver's own sample there, before it
+    assert not np.array_equal(closer.arrays["cameras"][first], closer.arrays["cameras"][first - 1])  # the car nearer
+
+
+def test_a_closer_lead_needs_a_driven_target_and_one_frame():
+    with pytest.raises(ValueError, match=r"closer_lead = 0.5: target = 'plan' has no plan"):
+        collect_settings(target="plan", closer_lead=0.5)
+    with pytest.raises(ValueError, match=r"closer_lead .* needs n_frames = 1"):
+        collect_settings(target="expert", closer_lead=0.5, n_frames=2)
+    env = LoopDriveEnv(bank="smoke", n_frames=2, camera_size=(32, 64), observations=OBSERVED)
+    env.reset(seed=0, options={"scenario": "lead_brake-000"})
+    with pytest.raises(ValueError, match="n_frames = 2; the older frames would show the actor unmoved"):
+        env.move_actor("lead", -5.0)
+    from training.recipes import RecipeError, load_recipe
+
+    with pytest.raises(RecipeError, match=r"dagger.closer_lead needs data.n_frames = 1 \(it is 4\)"):
+        load_recipe(None, ["dagger.rounds=1", "dagger.closer_lead=0.5", "data.n_frames=4"])
+    assert load_recipe(None, ["dagger.rounds=1", "dagger.closer_lead=0.5", "data.n_frames=1"]).dagger.closer_lead == 0.5
 
 
 def test_label_every_is_validated():
