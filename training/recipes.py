@@ -187,8 +187,8 @@ class DaggerSection(_Section):
     every batch from the first step.
 
     ``closer_lead``: at that share of the labelled decisions with a car ahead, a second sample with the car
-    moved back along its lane to a gap drawn between 2 m and its own, the cameras rendered there and the
-    expert's label from there (``collect``'s ``closer_lead``): near cars at speed, which the expert's data
+    moved back along its lane to a gap drawn between 2 m and its own (at most 20 m), the cameras rendered
+    there and the expert's label from there (``collect``'s ``closer_lead``): near cars at speed, which the expert's data
     lacks and the policy drives into (needs ``[data] n_frames = 1``)."""
 
     rounds: int = Field(0, ge=0)
