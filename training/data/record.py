@@ -330,12 +330,10 @@ def _rollout(
                 "closer": False,
             }
         )
-        branches = labelled or not dagger  # in DAgger's data only beside a labelled decision
-        closer = _closer_lead(env, facts, scene_facts, closer_draws, cfg.closer_lead) if branches else None
-        if closer is not None:
-            closer["label"] = labeller.label(env.snapshot(), seed)
-            decisions.append(closer)
-            env.restore(closer.pop("snapshot"))  # back where the driver was: the episode goes on unchanged
+        if labelled or not dagger:  # in DAgger's data only beside a labelled decision
+            closer = _closer_lead(env, facts, scene_facts, labeller, seed, closer_draws, cfg.closer_lead)
+            if closer is not None:
+                decisions.append(closer)
         obs, _, terminated, truncated, info = env.step(out.trajectory)
         done = terminated or truncated
     m = info["metrics"]
@@ -409,12 +407,14 @@ CLOSER_LEAD_MIN_GAP_M = 2.0  # the nearest a closer lead is put (bumper to bumpe
 CLOSER_LEAD_MAX_GAP_M = 20.0
 
 
-def _closer_lead(env, facts, scene_facts, draws: np.random.Generator, share: float) -> dict[str, Any] | None:
+def _closer_lead(
+    env, facts, scene_facts, labeller, seed: int, draws: np.random.Generator, share: float
+) -> dict[str, Any] | None:
     """With probability ``share`` where a car is ahead, a branch of this decision with that car moved back
     along its lane to a gap drawn uniformly between ``CLOSER_LEAD_MIN_GAP_M`` and its own (at most
-    ``CLOSER_LEAD_MAX_GAP_M``): the decision's record there (no plan: the driver did not drive there) and
-    the snapshot to restore afterwards. None where no car is ahead, the draw says no, or the world cannot
-    move that car."""
+    ``CLOSER_LEAD_MAX_GAP_M``): the decision's record there with the expert's label from there (no plan: the
+    driver did not drive there). The env is back at the decision afterwards, so the episode goes on
+    unchanged. None where no car is ahead, the draw says no, or the world cannot move that car."""
     lead = facts.lead_vehicle
     if not share or lead is None or lead["gap"] <= CLOSER_LEAD_MIN_GAP_M:
         return None
@@ -422,10 +422,10 @@ def _closer_lead(env, facts, scene_facts, draws: np.random.Generator, share: flo
     take, gap = draws.random() < share, draws.uniform(CLOSER_LEAD_MIN_GAP_M, farthest)  # both drawn: one stream
     if not take or not env.world.movable(lead["id"]):
         return None
-    snapshot = env.snapshot()
+    decision = env.snapshot()
     obs = env.move_actor(lead["id"], gap - lead["gap"])
-    return {
-        "snapshot": snapshot,
+    record = {
+        "label": labeller.label(env.snapshot(), seed),
         "k": len(env.ego_track) - 1,
         "obs": obs,
         "facts": scene_facts(env.world),
@@ -434,6 +434,8 @@ def _closer_lead(env, facts, scene_facts, draws: np.random.Generator, share: flo
         "perturbed": True,
         "closer": True,
     }
+    env.restore(decision)
+    return record
 
 
 @dataclass
