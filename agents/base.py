@@ -1,7 +1,8 @@
 """The agent protocol: ``reset(episode_info)`` then ``act(observation) -> AgentOutput`` every decision.
 
-``episode_info`` carries the scenario and, for privileged agents (the expert), the world itself
-(``episode_info["world"]``); learned agents use only the observation. ``act_batch`` exists so
+``episode_info`` carries the scenario, the seconds between decisions (``episode_info["decision_s"]``)
+and, for privileged agents (the expert), the world itself (``episode_info["world"]``); learned agents
+use only the observation (and the period, to read change between decisions). ``act_batch`` exists so
 vectorised rollouts can batch inference; the default loops over ``act``. An agent may declare the
 observation keys it reads (``observations``), so an evaluation skips rendering cameras nobody looks at.
 """

@@ -3,7 +3,9 @@ driving style: a close follower's states, labelled by the expert, are data the e
 ``constant_velocity``, ``stop``, ``vla:PATH`` (a saved VLA;
 ``vla:PATH?reasoning=0`` for trajectory only, ``&noise=0`` for the deterministic plan, ``&steps=N`` for
 N denoising steps instead of the model's own, ``&guidance=W`` for context guidance, ``&hold=N`` to hold a
-lane change, ``&perception=oracle`` for the privileged world's answers in place of the probe's), ``alpamayo:PATH``
+lane change, ``&perception=oracle`` for the privileged world's answers in place of the probe's, or
+``&perception=lead_gap,lead_closing_speed`` for those answers only, ``&closing=tracked`` for the
+closing speed read as the gap's fall between decisions), ``alpamayo:PATH``
 (a checkpoint in Alpamayo-R1's released layout; ``?base=DIR`` for its base VLM folder), ``sb3:PATH``
 (a stable-baselines3 zip, loaded without pickle), or ``my_pkg.agents:MyAgent``."""
 
@@ -27,7 +29,8 @@ VLA_OPTIONS = {
     "steps": "<n >= 1>",
     "guidance": "<w> or <w_accel>,<w_lateral>",
     "hold": "<decisions >= 0>",
-    "perception": "probe|oracle",
+    "perception": "probe|oracle|<targets from the world, e.g. lead_gap,lead_closing_speed>",
+    "closing": "probe|tracked",
 }
 # expert?option=value&...: the expert's driving style (its constructor's arguments)
 EXPERT_OPTIONS = {"time_headway": "<s > 0>", "min_gap": "<m > 0>", "caution_speed": "<m/s > 0>"}
@@ -105,6 +108,7 @@ def load_agent(spec: str) -> Agent:
                 guidance=guidance,
                 hold=int(hold),
                 perception=options.get("perception", "probe"),
+                closing=options.get("closing", "probe"),
             )
         except ValueError as e:  # a damaged checkpoint (CheckpointError), or an option it cannot do
             raise AgentSpecError(f"agent {spec!r}: {e}") from None

@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
         covered["recorded"] += batch.targets[:, STEP_3S, 0].tolist()
         for condition in CONDITIONS:
             given = given_perception(batch.perception, speeds, condition)
-            plans = model.act_batch(batch.observations, reasoning=False, noise_scale=0.0, perceived=given)
+            perceive = None if given is None else lambda read, given=given: given
+            plans = model.act_batch(batch.observations, reasoning=False, noise_scale=0.0, perceive=perceive)
             covered[condition] += [float(plan["trajectory"][STEP_3S, 0]) for plan in plans]
         inputs = model.prepare(batch.observations)
         model.encode(inputs)

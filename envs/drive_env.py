@@ -163,6 +163,11 @@ class DriveEnv(gym.Env):
         return self._route_points()
 
     @property
+    def decision_s(self) -> float:
+        """Seconds between decisions: the period an agent that tracks what it sees divides by."""
+        return self.decision_every * DT
+
+    @property
     def ego_track(self) -> list[EgoState]:
         """The ego's record at every 0.1 s of the episode so far (read-only use)."""
         return self._ego_track

@@ -163,7 +163,7 @@ class EpisodeRunner:
         self._started = True
         env.render_seconds = 0.0
         agent, world = self.agent, env.world
-        info_for_agent = {"scenario": scn, "world": world, "seed": episode_seed(task)}
+        info_for_agent = {"scenario": scn, "world": world, "seed": episode_seed(task), "decision_s": env.decision_s}
         timing = {"agent": 0.0, "env": 0.0, "metrics": 0.0, "video": 0.0}
         reasoning: list[dict[str, Any]] = []
         consistency: list[float] = []

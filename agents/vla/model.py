@@ -517,14 +517,14 @@ class VLA(nn.Module, TrainableParts):
         steps: int | None = None,
         guidance: Guidance | None = None,
         choose: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        perceived: np.ndarray | None = None,
+        perceive: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> list[dict[str, Any]]:
         """The deterministic plan (the ODE from ``noise_scale`` x the prior's sample) in ``steps`` Euler
         steps (None: the model's ``flow_steps``), with the reasoning first when ``reasoning``, and
         context guidance ``guidance`` (None: none; needs a head trained with ``flow_unconditional``).
         ``choose`` maps the manoeuvre head's choices ``[B]`` to the ones planned (an agent's hold);
-        ``perceived`` ``[B, perception_targets]`` replaces what the probe read in the state token (an
-        agent's ``perception=oracle``)."""
+        ``perceive`` maps what the probe read ``[B, perception_targets]`` to what the state token is given
+        (an agent's ``perception=oracle``, or its ``closing=tracked``)."""
         self.check_guidance(guidance)
         batch = self.prepare(observations)
         texts = [None] * len(observations)
@@ -533,8 +533,8 @@ class VLA(nn.Module, TrainableParts):
         else:
             ctx, mask = self.encode(batch)
         self.give_manoeuvres(batch, choose)
-        if perceived is not None:
-            self.give_perception(batch, perceived)
+        if perceive is not None:
+            self.give_perception(batch, perceive)
         u = sample_ode(
             self.expert,
             len(observations),
@@ -570,13 +570,15 @@ class VLA(nn.Module, TrainableParts):
             manoeuvres.to(self.device).long() if manoeuvres is not None else choose(batch["manoeuvre_logits"].argmax(1))
         )
 
-    def give_perception(self, batch: dict[str, Any], perceived: np.ndarray) -> None:
-        """What the state token carries as the probe's reading, given outright (after the VLM's pass)."""
+    def give_perception(self, batch: dict[str, Any], perceive: Callable[[np.ndarray], np.ndarray]) -> None:
+        """What the state token carries as the probe's reading: ``perceive`` of what the probe read in the
+        batch's VLM pass."""
         if not self.config.perception_in_state:
-            raise ValueError("perceived: this VLA's plan does not read the perception probe (perception_in_state)")
+            raise ValueError("perceive: this VLA's plan does not read the perception probe (perception_in_state)")
+        perceived = perceive(batch["perceived"].float().cpu().numpy())
         want = (len(batch["state"]), self.config.perception_targets)
         if np.shape(perceived) != want:
-            raise ValueError(f"perceived: shape {np.shape(perceived)}, this VLA's probe reads {want}")
+            raise ValueError(f"perceive: shape {np.shape(perceived)}, this VLA's probe reads {want}")
         batch["perceived"] = torch.as_tensor(np.asarray(perceived), dtype=torch.float32, device=self.device)
 
     # --- RL hooks ------------------------------------------------------------------------------------------------

@@ -11,10 +11,13 @@ per target picks the image tokens that answer it (the car ahead is a few tokens 
 
 ``PERCEPTION_TARGETS`` are the questions, ``perception_targets`` the world's answers: recorded with the
 data for the probe to learn, and given to the plan in place of the probe's reading by an agent's
-``perception=oracle`` (what perfect perception would buy).
+``perception=oracle`` (what perfect perception would buy). ``LeadTracker`` reads the closing speed from
+the gap's fall between decisions instead of from one frame (an agent's ``closing=tracked``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -26,6 +29,7 @@ from rewards.scene import SceneFacts
 # the privileged world's answer to "what is ahead of me", each scaled to about [0, 1] and defined when
 # nothing is there (a gap reads as its range, a flag as 0), so every sample has all of them.
 LEAD_RANGE_M = 60.0  # lead_gap's scale: the farthest gap it tells apart
+NOTHING_AHEAD_M = 0.95 * LEAD_RANGE_M  # a gap read this far or farther reads as no car ahead
 CLOSING_SCALE_MPS = 10.0  # lead_closing_speed's scale, and the largest closing speed it tells apart
 BLOCKED_RANGE_M = 40.0  # blocked_gap's scale: an obstacle in the ego lane is counted within it (rewards.scene)
 PERCEPTION_TARGETS = (
@@ -67,6 +71,35 @@ def time_to_lead(perception: np.ndarray) -> np.ndarray:
     closing = perception[..., PERCEPTION_TARGETS.index("lead_closing_speed")] * CLOSING_SCALE_MPS
     ahead = (gap < LEAD_RANGE_M) & (closing > 0.5)
     return np.where(ahead, gap / np.where(ahead, closing, 1.0), np.inf)
+
+
+@dataclass
+class LeadTracker:
+    """One episode's closing speed to the car ahead, read as the fall of its gap since the last decision.
+
+    One frame per camera shows the gap and hardly how fast it closes: given the world's closing speed,
+    the recipe's plan gains about as much as given all of the world's answers (docs/experiments/rl.md,
+    stop 79). A gap read as nothing ahead ends the track; one that jumps more than ``gate_m`` from the
+    track's prediction (another car: a cut-in, a lane change) starts a new one. A new track knows no
+    closing speed yet (None: the plan keeps the one it reads)."""
+
+    period_s: float  # seconds between decisions
+    gate_m: float = 8.0
+    gap: float | None = None  # the last gap, m
+    rate: float | None = None  # the gap's change per second, m/s
+
+    def __call__(self, gap_m: float) -> float | None:
+        """The closing speed (m/s, positive when the gap falls) at this decision's gap, or None."""
+        if gap_m >= NOTHING_AHEAD_M:
+            self.gap = self.rate = None
+            return None
+        if self.gap is not None:
+            predicted = self.gap + (self.rate or 0.0) * self.period_s
+            if abs(gap_m - predicted) <= self.gate_m:
+                self.rate, self.gap = (gap_m - self.gap) / self.period_s, gap_m
+                return -self.rate
+        self.gap, self.rate = gap_m, None
+        return None
 
 
 class PerceptionProbe(nn.Module):

@@ -208,3 +208,8 @@ def test_vla_spec_options(tmp_path):
     assert load_agent(f"vla:{tmp_path / 'probe'}?perception=oracle").perception == "oracle"
     with pytest.raises(AgentSpecError, match="perception must be one of"):
         load_agent(f"vla:{tmp_path / 'probe'}?perception=eyes")
+    partial = load_agent(f"vla:{tmp_path / 'probe'}?perception=lead_gap,lead_closing_speed")
+    assert partial.from_world == ("lead_gap", "lead_closing_speed") and partial.closing == "probe"
+    assert load_agent(f"vla:{tmp_path / 'probe'}?closing=tracked").closing == "tracked"
+    with pytest.raises(AgentSpecError, match="closing must be one of"):
+        load_agent(f"vla:{tmp_path / 'probe'}?closing=radar")

@@ -309,7 +309,7 @@ def _rollout(
         )
     obs, _ = env.reset(seed=seed, options=options)
     world = env.world
-    agent.reset({"scenario": env.scenario, "world": world, "seed": seed})
+    agent.reset({"scenario": env.scenario, "world": world, "seed": seed, "decision_s": env.decision_s})
     closer_draws = np.random.default_rng(2000 + index)  # the closer leads' draws: per episode, any worker count
     dagger = cfg.target == "expert"
     decisions, done, info, n_decisions = [], False, {}, 0

@@ -730,7 +730,8 @@ def test_an_oracle_perception_plans_what_the_model_plans_given_the_worlds_answer
     for _ in range(3):
         truths.append(perception_targets(scene_facts(world))[None])
         plan = agent.act_batch([obs])[0].trajectory
-        given = model.act_batch([obs], reasoning=False, noise_scale=0.0, perceived=truths[-1])[0]["trajectory"]
+        given = model.act_batch([obs], reasoning=False, noise_scale=0.0, perceive=lambda read: truths[-1])
+        given = given[0]["trajectory"]
         np.testing.assert_array_equal(plan, given)
         probe = model.act_batch([obs], reasoning=False, noise_scale=0.0)[0]["trajectory"]
         assert not np.array_equal(plan, probe)
@@ -742,13 +743,105 @@ def test_an_oracle_perception_plans_what_the_model_plans_given_the_worlds_answer
     agent.reset({"seed": 0})
     with pytest.raises(ValueError, match=r"reset the agent with episode_info\['world'\]"):
         agent.act_batch([obs])
-    with pytest.raises(ValueError, match=r"perceived: shape \(1, 3\), this VLA's probe reads \(1, 8\)"):
-        model.act_batch([obs], reasoning=False, perceived=np.zeros((1, 3), np.float32))
-    with pytest.raises(ValueError, match="perception must be one of"):
-        VLAAgent(str(tmp_path / "vla"), perception="eyes")
+    with pytest.raises(ValueError, match=r"perceive: shape \(1, 3\), this VLA's probe reads \(1, 8\)"):
+        model.act_batch([obs], reasoning=False, perceive=lambda read: np.zeros((1, 3), np.float32))
+    for bad in ("eyes", "lead_gap,eyes", "lead_gap,lead_gap"):
+        with pytest.raises(ValueError, match="perception must be one of"):
+            VLAAgent(str(tmp_path / "vla"), perception=bad)
     VLA(VLAConfig(perception_targets=len(PERCEPTION_TARGETS))).save_pretrained(tmp_path / "unread")
     with pytest.raises(ValueError, match="plan reads no perception probe"):
         VLAAgent(str(tmp_path / "unread"), perception="oracle")
+    env.close()
+
+
+def test_a_partial_oracle_gives_the_named_targets_from_the_world_and_keeps_the_probes_reading_of_the_rest(tmp_path):
+    """``perception=lead_gap,lead_closing_speed`` plans exactly what the model plans given a state token
+    that holds the world's gap and closing speed and the probe's own reading of every other target."""
+    from agents.vla.agent import VLAAgent
+    from agents.vla.perception import PERCEPTION_TARGETS, perception_targets
+    from rewards.scene import scene_facts
+
+    VLA(VLAConfig(perception_targets=len(PERCEPTION_TARGETS), perception_in_state=True)).save_pretrained(
+        tmp_path / "vla"
+    )
+    named = ("lead_gap", "lead_closing_speed")
+    agent = VLAAgent(str(tmp_path / "vla"), reasoning=False, noise_scale=0.0, perception=",".join(named))
+    assert agent.from_world == named
+    model = agent.model
+    env = gym.make("LoopDrive-v0", bank="smoke", camera_size=(56, 112))
+    obs, _ = env.reset(seed=0, options={"scenario": "lead_brake-000"})
+    agent.reset({"seed": 0, "world": env.unwrapped.world})
+    batch = model.prepare([obs])
+    model.encode(batch)
+    mixed = batch["perceived"].float().cpu().numpy().copy()
+    truth = perception_targets(scene_facts(env.unwrapped.world))
+    columns = [PERCEPTION_TARGETS.index(name) for name in named]
+    assert not np.allclose(mixed[0, columns], truth[columns])  # the untrained probe misreads them
+    mixed[0, columns] = truth[columns]
+    plan = agent.act_batch([obs])[0].trajectory
+    given = model.act_batch([obs], reasoning=False, noise_scale=0.0, perceive=lambda read: mixed)[0]["trajectory"]
+    np.testing.assert_allclose(plan, given, rtol=0, atol=1e-6)
+    oracle = model.act_batch([obs], reasoning=False, noise_scale=0.0, perceive=lambda read: truth[None])
+    oracle = oracle[0]["trajectory"]
+    assert not np.allclose(plan, oracle, atol=1e-4)  # the other targets are the probe's
+    env.close()
+
+
+def test_a_tracked_closing_speed_is_the_fall_of_the_gap_given_since_the_last_decision(tmp_path):
+    """``closing=tracked`` (here on the world's gap, ``perception=lead_gap``) plans exactly what the model
+    plans given the probe's reading with the world's gap and, from the second decision on, the gap's fall
+    over the decision period as the closing speed; that reading follows the world's closing speed (the
+    expert drives behind the car ahead). It is refused beside the world's closing speed, for a plan that
+    reads no probe, and without the period."""
+    from agents.expert import Expert
+    from agents.vla.agent import VLAAgent
+    from agents.vla.perception import CLOSING_SCALE_MPS, LEAD_RANGE_M, PERCEPTION_TARGETS, perception_targets
+    from rewards.scene import scene_facts
+
+    VLA(VLAConfig(perception_targets=len(PERCEPTION_TARGETS), perception_in_state=True)).save_pretrained(
+        tmp_path / "vla"
+    )
+    agent = VLAAgent(str(tmp_path / "vla"), reasoning=False, noise_scale=0.0, perception="lead_gap", closing="tracked")
+    model = agent.model
+    gap, closing = PERCEPTION_TARGETS.index("lead_gap"), PERCEPTION_TARGETS.index("lead_closing_speed")
+    env = gym.make("LoopDrive-v0", bank="smoke", camera_size=(56, 112))
+    obs, _ = env.reset(seed=0, options={"scenario": "lead_brake-000"})
+    world, expert = env.unwrapped.world, Expert()
+    assert env.unwrapped.decision_s == pytest.approx(0.5)
+    agent.reset({"seed": 0, "world": world, "decision_s": env.unwrapped.decision_s})
+    expert.reset({"scenario": env.unwrapped.scenario, "world": world, "seed": 0})
+    last_gap, tracked = None, []
+    for _ in range(5):
+        truth = perception_targets(scene_facts(world))
+        now = float(truth[gap]) * LEAD_RANGE_M
+        assert now < 30.0  # the car ahead, followed by the expert
+
+        def expected(read: np.ndarray, truth=truth, now=now, last_gap=last_gap) -> np.ndarray:
+            given = read.copy()
+            given[0, gap] = truth[gap]
+            if last_gap is not None:
+                given[0, closing] = (last_gap - now) / 0.5 / CLOSING_SCALE_MPS
+            return given
+
+        plan = agent.act_batch([obs])[0].trajectory
+        given = model.act_batch([obs], reasoning=False, noise_scale=0.0, perceive=expected)[0]["trajectory"]
+        np.testing.assert_allclose(plan, given, rtol=0, atol=1e-6)
+        if last_gap is not None:
+            tracked.append(((last_gap - now) / 0.5, float(truth[closing]) * CLOSING_SCALE_MPS))
+        last_gap = now
+        obs, *_ = env.step(expert.act(obs).trajectory)
+    for read, true in tracked:  # the fall over the last 0.5 s against the world's closing speed now
+        assert read == pytest.approx(true, abs=0.5)
+    assert any(abs(true) > 1.0 for _, true in tracked)  # the gap changes
+    with pytest.raises(ValueError, match="gives the world's closing speed already"):
+        VLAAgent(str(tmp_path / "vla"), perception="lead_gap,lead_closing_speed", closing="tracked")
+    with pytest.raises(ValueError, match="closing must be one of"):
+        VLAAgent(str(tmp_path / "vla"), closing="radar")
+    with pytest.raises(ValueError, match=r"reset the agent with episode_info\['decision_s'\]"):
+        agent.reset({"seed": 0, "world": world})
+    VLA(VLAConfig(perception_targets=len(PERCEPTION_TARGETS))).save_pretrained(tmp_path / "unread")
+    with pytest.raises(ValueError, match="closing: this VLA's plan reads no perception probe"):
+        VLAAgent(str(tmp_path / "unread"), closing="tracked")
     env.close()
 
 

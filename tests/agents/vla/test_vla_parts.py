@@ -291,3 +291,16 @@ def test_the_clearance_bound_follows_the_recorded_car_ahead_and_synthetic_cars_a
     assert still.any() and (~still).any()
     torch.testing.assert_close(rows[still, blocked] * 40, (rows[still, gap] * 60).clamp_max(40.0))
     torch.testing.assert_close(rows[still, closing], (v0[chosen][still] / 10).clamp(-1, 1))
+
+
+def test_a_lead_tracker_reads_the_closing_speed_as_the_gaps_fall_and_starts_again_for_another_car():
+    """The gap's fall since the last decision over the period; none on a new track, none with nothing
+    ahead (which ends the track), and a new track when the gap jumps past the gate (a car cutting in)."""
+    from agents.vla.perception import LEAD_RANGE_M, LeadTracker
+
+    track = LeadTracker(period_s=0.5)
+    readings = [30.0, 28.0, 25.0, 24.5, LEAD_RANGE_M, 20.0, 19.0, 8.0, 7.0, 7.5]
+    closing = [track(gap) for gap in readings]
+    assert closing == [None, 4.0, 6.0, 1.0, None, None, 2.0, None, 2.0, -1.0]
+    wide = LeadTracker(period_s=0.5, gate_m=20.0)  # the same jump within a wider gate: one car braking hard
+    assert [wide(gap) for gap in (30.0, 28.0, 15.0)] == [None, 4.0, 26.0]
