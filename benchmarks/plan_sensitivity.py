@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> dict:
             perceive = None if given is None else lambda read, given=given: given
             plans = model.act_batch(batch.observations, reasoning=False, noise_scale=0.0, perceive=perceive)
             covered[condition] += [float(plan["trajectory"][STEP_3S, 0]) for plan in plans]
-        inputs = model.prepare(batch.observations)
-        model.encode(inputs)
-        read_gap += (inputs["perceived"][:, PERCEPTION_TARGETS.index("lead_gap")] * LEAD_RANGE_M).tolist()
+        read_gap += (
+            model.read_perception(batch.observations)[:, PERCEPTION_TARGETS.index("lead_gap")] * LEAD_RANGE_M
+        ).tolist()
     gap = truth[chosen, PERCEPTION_TARGETS.index("lead_gap")] * LEAD_RANGE_M
     result = {
         "checkpoint": args.checkpoint,

@@ -152,8 +152,6 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
 
-    import torch
-
     from agents.vla.model import VLA
     from training.data import DrivingDataset
 
@@ -166,12 +164,8 @@ def main(argv: list[str] | None = None) -> dict:
     n = len(data)
     moved = np.isnan(np.asarray(data.arrays["plan"][:n])).all(axis=(1, 2))  # a closer lead's: no plan
     driven = np.flatnonzero(~moved)
-    read = []
-    with torch.no_grad():
-        for start in range(0, len(driven), args.batch):
-            inputs = model.prepare(data.batch(driven[start : start + args.batch]).observations)
-            model.encode(inputs)
-            read.append(inputs["perceived"].float().cpu().numpy())
+    batches = (driven[start : start + args.batch] for start in range(0, len(driven), args.batch))
+    read = [model.read_perception(data.batch(indices).observations) for indices in batches]
     arrays = {k: np.asarray(data.arrays[k][:n])[driven] for k in ("perception", "ego_state", "episode", "t")}
     result = {
         "checkpoint": args.checkpoint,

@@ -82,6 +82,7 @@ class VLAAgent(ModelAgent):
             if given and not self.model.config.perception_in_state:
                 raise ValueError(f"{option}: this VLA's plan reads no perception probe (perception_in_state)")
         self.perception, self.closing = perception, closing
+        self._world_columns = [PERCEPTION_TARGETS.index(name) for name in self.from_world]
         self._held: ManoeuvreHold | None = None
         self._tracker: LeadTracker | None = None
         self._world: Any = None
@@ -125,8 +126,7 @@ class VLAAgent(ModelAgent):
                 raise ValueError(
                     f"perception = {self.perception} reads the world: reset the agent with episode_info['world']"
                 )
-            columns = [PERCEPTION_TARGETS.index(name) for name in self.from_world]
-            given[0, columns] = perception_targets(scene_facts(self._world))[columns]
+            given[0, self._world_columns] = perception_targets(scene_facts(self._world))[self._world_columns]
         if self._tracker is not None and (closing := self._tracker(float(given[0, GAP]) * LEAD_RANGE_M)) is not None:
             given[0, CLOSING] = np.clip(closing / CLOSING_SCALE_MPS, -1.0, 1.0)
         return given

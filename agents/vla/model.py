@@ -450,6 +450,15 @@ class VLA(nn.Module, TrainableParts):
                 self._perceive(batch, out.hidden_states)
         return [(layer.keys, layer.values) for layer in out.past_key_values.layers], batch["attention_mask"]
 
+    def read_perception(self, observations: list[dict[str, Any]]) -> np.ndarray:
+        """What the perception probe reads off the observations' image tokens (prompt only):
+        ``[B, perception_targets]``, the reading a plan's state token carries."""
+        if self.perception_probe is None:
+            raise ValueError("read_perception: this VLA has no perception probe ([train] perception_weight)")
+        batch = self.prepare(observations)
+        self.encode(batch)
+        return batch["perceived"].float().cpu().numpy()
+
     def _perceive(self, batch: dict[str, Any], hidden_states: Sequence[torch.Tensor]) -> None:
         """What the perception probe and the manoeuvre head read off the image tokens of a VLM pass (its
         hidden states at the input of the last layer; the prompt comes first in every pass), kept as

@@ -771,9 +771,7 @@ def test_a_partial_oracle_gives_the_named_targets_from_the_world_and_keeps_the_p
     env = gym.make("LoopDrive-v0", bank="smoke", camera_size=(56, 112))
     obs, _ = env.reset(seed=0, options={"scenario": "lead_brake-000"})
     agent.reset({"seed": 0, "world": env.unwrapped.world})
-    batch = model.prepare([obs])
-    model.encode(batch)
-    mixed = batch["perceived"].float().cpu().numpy().copy()
+    mixed = model.read_perception([obs])
     truth = perception_targets(scene_facts(env.unwrapped.world))
     columns = [PERCEPTION_TARGETS.index(name) for name in named]
     assert not np.allclose(mixed[0, columns], truth[columns])  # the untrained probe misreads them
