@@ -65,11 +65,14 @@ def timed(fn, device: str, repeats: int):
 
 
 def emit(result: dict, out: str | None = None) -> dict:
-    """Print a benchmark's JSON result, and write it to ``out`` when given."""
+    """Print a benchmark's JSON result, and write it to ``out`` when given. JSON has no NaN: a figure with
+    nothing to measure (no samples of its kind) is written as null."""
     import json
     from pathlib import Path
 
-    text = json.dumps(result, indent=1)
+    from evaluation.episode import json_safe
+
+    text = json.dumps(json_safe(result), indent=1, allow_nan=False)
     print(text)
     if out:
         Path(out).write_text(text + "\n")

@@ -24,7 +24,6 @@ follows it) and compares what it reads with the recorded truth, as JSON:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -153,6 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
 
     from agents.vla.model import VLA
+    from benchmarks.machine import emit
     from training.data import DrivingDataset
 
     model = VLA.from_pretrained(args.checkpoint)
@@ -182,10 +182,7 @@ def main(argv: list[str] | None = None) -> dict:
             args.min_speed,
         ),
     }
-    print(json.dumps(result, indent=1))
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
-    return result
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

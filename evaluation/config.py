@@ -34,14 +34,17 @@ class EvalConfig(BaseModel):
     split: str | None = None
     agent: str = "expert"
     seeds: int = Field(1, ge=1, description="episodes per scenario, with seeds 0..seeds-1")
-    rigs: list[str] = Field(default_factory=lambda: ["alpamayo4"], min_length=1)
+    rigs: list[str] | None = Field(
+        None, min_length=1, description="camera rigs, each run; default: the one a vla: agent was trained on"
+    )
     scenarios: list[str] | None = None  # a subset of the bank's scenario ids
     workers: int = Field(0, ge=0, description="0: in-process; N: N Ray actors")
     ray_address: str | None = None
     video: bool = False
     episode_timeout_s: float = Field(600.0, gt=0, description="wall-clock budget of one episode")
     # the observation set-up; None: the one a vla: agent was trained on (its vla_config.json), else 5 / 4 /
-    # (128, 256). A model given more or fewer frames than it learnt from reads a different input.
+    # (128, 256) (and rigs alpamayo4). A model given more or fewer frames than it learnt from reads a different
+    # input; one given another rig too, which a rig ablation asks for by naming it.
     decision_every: int | None = Field(None, ge=1)
     n_frames: int | None = Field(None, ge=1)
     frame_every: int | None = Field(None, ge=1, description="world steps (0.1 s) between a camera's frames")
@@ -67,7 +70,7 @@ class EvalConfig(BaseModel):
 
     @model_validator(mode="after")
     def _observation_of_the_agent(self) -> EvalConfig:
-        """Unset observation fields take the agent's training set-up (or the defaults); a frame count
+        """Unset observation fields (the rig too) take the agent's training set-up (or the defaults); a frame count
         other than the one the agent learnt from is refused."""
         from agents.base import DEFAULT_OBSERVATION
         from agents.loading import trained_observation
@@ -85,6 +88,8 @@ class EvalConfig(BaseModel):
                 stacklevel=2,
             )
         own = trained or DEFAULT_OBSERVATION
+        if self.rigs is None:
+            self.rigs = [own.rig]
         if self.decision_every is None:
             self.decision_every = own.decision_every
         if self.n_frames is None:

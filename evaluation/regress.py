@@ -1,6 +1,7 @@
 """``loopdrive regress``: is the candidate run worse than the baseline run on the same bank?
 
-Episodes are paired by (scenario, seed, rig). The test is on the paired score differences:
+Episodes are paired by (scenario, seed, rig); two runs of one rig each, different ones (models trained on
+different rigs), by (scenario, seed). The test is on the paired score differences:
 a one-sided paired bootstrap of the mean difference (default) or an exact sign test. A regression
 is a mean drop larger than ``tolerance`` points with p < alpha, or a must-pass scenario (by tag)
 that succeeded in the baseline and fails in the candidate. Exit codes: 1 regression, 0 none,
@@ -49,6 +50,7 @@ class Comparison:
     newly_failing_must_pass: list[dict[str, Any]] = field(default_factory=list)
     unpaired: list[str] = field(default_factory=list)
     endings: dict[str, dict[str, int]] = field(default_factory=dict)  # ending -> {"baseline": n, "candidate": n}
+    rigs: dict[str, str] = field(default_factory=dict)  # {"baseline": rig, "candidate": rig} where they differ
 
     @property
     def failed(self) -> bool:
@@ -104,6 +106,9 @@ def compare(
         raise RegressInputError(
             f"the runs are on different banks: baseline {base_sum['bank']}, candidate {cand_sum['bank']}"
         )
+    rigs = _one_rig_each(base, cand)
+    if rigs:
+        base, cand = _by_scenario_and_seed(base), _by_scenario_and_seed(cand)
     keys = sorted(set(base) & set(cand))
     if not keys:
         raise RegressInputError("no episode (scenario, seed, rig) was scored in both runs")
@@ -118,7 +123,7 @@ def compare(
     else:
         p = sign_test_p(int(np.sum(d < 0)), int(np.sum(d > 0)))
         ci = bootstrap_p(d)[1]
-    rows = [_row(base[k], cand[k], metric) for k in keys]
+    rows = [_row(k, base[k], cand[k], metric) for k in keys]
     tags = set(must_pass or [])
     newly_failing = [
         r
@@ -148,7 +153,20 @@ def compare(
         newly_failing_must_pass=newly_failing,
         unpaired=sorted(set(base) ^ set(cand)),
         endings=paired_endings([base[k] for k in keys], [cand[k] for k in keys]),
+        rigs=rigs,
     )
+
+
+def _one_rig_each(base: dict[str, dict[str, Any]], cand: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """``{"baseline": rig, "candidate": rig}`` where each run ran one rig and they differ, else empty."""
+    base_rigs, cand_rigs = {r["rig"] for r in base.values()}, {r["rig"] for r in cand.values()}
+    if len(base_rigs) == len(cand_rigs) == 1 and base_rigs != cand_rigs:
+        return {"baseline": base_rigs.pop(), "candidate": cand_rigs.pop()}
+    return {}
+
+
+def _by_scenario_and_seed(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {f"{r['scenario']}|{r['seed']}": r for r in records.values()}
 
 
 def paired_endings(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -157,10 +175,10 @@ def paired_endings(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> di
     return {e: {"baseline": b.get(e, 0), "candidate": c.get(e, 0)} for e in sorted(b.keys() | c.keys())}
 
 
-def _row(b: dict[str, Any], c: dict[str, Any], metric: str) -> dict[str, Any]:
+def _row(key: str, b: dict[str, Any], c: dict[str, Any], metric: str) -> dict[str, Any]:
     sb, sc = suite_score(b, metric), suite_score(c, metric)
     return {
-        "key": b["key"],
+        "key": key,
         "scenario": b["scenario"],
         "family": b.get("family", ""),
         "baseline": sb,
@@ -175,12 +193,18 @@ def _row(b: dict[str, Any], c: dict[str, Any], metric: str) -> dict[str, Any]:
 
 def to_markdown(cmp: Comparison) -> str:
     verdict = "REGRESSION" if cmp.failed else "no significant regression"
+    across_rigs = [
+        f"- rigs: baseline {rig['baseline']}, candidate {rig['candidate']}: paired by scenario and seed"
+        for rig in [cmp.rigs]
+        if rig
+    ]
     lines = [
         f"# Regression check: {verdict}",
         "",
         f"- bank: {cmp.bank['name']} v{cmp.bank['version']} (split {cmp.bank.get('split')})",
         f"- baseline: {cmp.baseline}",
         f"- candidate: {cmp.candidate}",
+        *across_rigs,
         f"- metric: {cmp.metric}; {cmp.n_pairs} paired episodes; test: {cmp.test} (alpha {cmp.alpha}, "
         f"tolerance {cmp.tolerance} points)",
         f"- mean: {cmp.baseline_mean:.2f} -> {cmp.candidate_mean:.2f} (diff {cmp.mean_diff:+.2f}, "

@@ -177,3 +177,19 @@ def test_a_large_map_is_drawn_from_tiles_as_a_small_one_is_whole(monkeypatch):
         diff = np.abs(a.astype(int) - b.astype(int))
         assert diff.mean() < 0.2 and (diff.max(-1) > 40).mean() < 1e-3
     assert _lamp_pixels(tiled[1], RED) >= 2  # the signal heads ahead are among the props near the ego
+
+
+def test_the_zoom_camera_is_the_tele_cameras_centre_at_twice_the_pixels(smoke):
+    """``alpamayo4_zoom``'s fifth image is the tele camera's centre half at twice the pixels per degree: the
+    car ahead covers four times the pixels there."""
+    scenario = smoke.get("lead_brake-000")
+    rig = make_rig("alpamayo4_zoom")
+    assert [c.name for c in rig[:4]] == [c.name for c in make_rig("alpamayo4")]
+    renderer = CameraRenderer(rig[3:])
+    tele, zoom = renderer.render(World(scenario)).astype(float)
+    zoom_at_tele_pixels = cv2.resize(zoom, (128, 64), interpolation=cv2.INTER_AREA)
+    assert (np.abs(tele[32:96, 64:192] - zoom_at_tele_pixels).sum(2) < 30).mean() > 0.9
+    empty_tele, empty_zoom = renderer.render(World(_with(scenario, actors=[]))).astype(float)
+    car_tele = (np.abs(tele - empty_tele).sum(2) > 30)[32:96, 64:192].sum()  # the car ahead in the centre half
+    car_zoom = (np.abs(zoom - empty_zoom).sum(2) > 30).sum()
+    assert car_tele > 100 and 3.5 < car_zoom / car_tele < 4.5

@@ -207,6 +207,20 @@ def test_regress_exit_codes(expert_run, tmp_path, capsys):
         and "stalled" in (worse / "regress/regress.html").read_text()
     )
 
+    # a model trained on another rig, evaluated on its own: one rig each, paired by scenario and seed
+    other_rig = tmp_path / "other_rig"
+    shutil.copytree(worse, other_rig)
+    lines = [json.loads(x) for x in (other_rig / "episodes.jsonl").read_text().splitlines()]
+    for x in lines:
+        x["rig"], x["key"] = "front_only", f"{x['scenario']}|{x['seed']}|front_only"
+    (other_rig / "episodes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert main(["regress", "--baseline", str(base), "--candidate", str(other_rig)]) == 1
+    out = capsys.readouterr().out
+    assert "rigs: baseline alpamayo4, candidate front_only: paired by scenario and seed" in out
+    assert "4 paired episodes" in out and "| curve-000|0 |" in out
+    assert main(["regress", "--baseline", str(base), "--candidate", str(worse)]) == 1  # one rig: by the full key
+    assert "rigs:" not in capsys.readouterr().out
+
     # one must-pass scenario that stops succeeding fails the check even when the mean barely moves
     one_off = tmp_path / "one_off"
     shutil.copytree(same, one_off)

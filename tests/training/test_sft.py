@@ -412,8 +412,8 @@ def test_tiny_pipeline_collect_sft_evaluate(tmp_path, capsys):
 
 
 def test_a_trained_vla_is_evaluated_and_fine_tuned_on_the_observations_it_learnt_from(dataset, tmp_path):
-    """SFT records its data's observation set-up in the checkpoint; an evaluation renders it unless told
-    otherwise and refuses another frame count or spacing, as do a collection it drives and an RL recipe
+    """SFT records its data's observation set-up in the checkpoint; an evaluation renders it (its rig too)
+    unless told otherwise and refuses another frame count or spacing, as do a collection it drives and an RL recipe
     starting from it."""
     from pydantic import ValidationError
 
@@ -437,6 +437,14 @@ def test_a_trained_vla_is_evaluated_and_fine_tuned_on_the_observations_it_learnt
     assert (vla.n_frames, vla.decision_every, vla.camera_size) == (1, 5, (128, 256))
     assert EvalConfig(agent="expert").n_frames == 4  # an agent that records nothing: the suite's default
     assert EvalConfig(agent=f"vla:{final}", camera_size=(64, 128)).camera_size == (64, 128)  # a free choice
+    assert vla.rigs == EvalConfig(agent="expert").rigs == ["alpamayo4"]
+    zoomed = tmp_path / "zoomed"  # trained on another rig: evaluated on it, unless a rig ablation names others
+    shutil.copytree(final, zoomed)
+    config = json.loads((zoomed / "vla_config.json").read_text())
+    config["vla"]["observation"]["rig"] = "alpamayo4_zoom"
+    (zoomed / "vla_config.json").write_text(json.dumps(config))
+    assert EvalConfig(agent=f"vla:{zoomed}").rigs == ["alpamayo4_zoom"]
+    assert EvalConfig(agent=f"vla:{zoomed}", rigs=["alpamayo4", "front_tele"]).rigs == ["alpamayo4", "front_tele"]
     with pytest.raises(ValidationError, match="trained on 1 frame"):
         EvalConfig(agent=f"vla:{final}", n_frames=4)
     with pytest.raises(ValidationError, match=r"1 step\(s\) apart .*, not 1 frame\(s\) 5 step\(s\) apart"):
