@@ -64,15 +64,15 @@ def gap_reader(channels: int, height: int, width: int, n_out: int):
 
 
 def train_and_read(
-    train: dict[str, np.ndarray], test: dict[str, np.ndarray], camera: str, columns: list[int], epochs: int, seed: int
+    x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, epochs: int, seed: int
 ) -> tuple[np.ndarray, float]:
-    """What a CNN trained on ``train``'s ``camera`` reads of the target ``columns`` in ``test``; and its seconds."""
+    """What a CNN trained to read ``y_train`` ``[N, targets]`` off images ``x_train`` (:func:`_images`) reads
+    off ``x_test``; and its seconds."""
     import torch
 
     torch.manual_seed(seed)
-    x_train, x_test = _images(train["cameras"], camera), _images(test["cameras"], camera)
-    y_train = torch.from_numpy(train["perception"][:, columns])
-    model = gap_reader(x_train.shape[1], x_train.shape[2], x_train.shape[3], len(columns))
+    y_train = torch.from_numpy(y_train)
+    model = gap_reader(x_train.shape[1], x_train.shape[2], x_train.shape[3], y_train.shape[1])
     optimiser = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
     steps = epochs * (len(x_train) // 64)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, 2e-3, total_steps=steps)
@@ -114,14 +114,15 @@ def main(argv: list[str] | None = None) -> dict:
     from benchmarks.probe_reading import reading_report
 
     torch.set_num_threads(os.cpu_count() or 1)
-    parts = [_driven(path) for path in args.train]
-    train = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+    parts = [_driven(path) for path in args.train]  # rigs may differ: a camera index is one camera in each
     test = _driven(args.test)
     columns = [PERCEPTION_TARGETS.index("lead_gap"), PERCEPTION_TARGETS.index("lead_closing_speed")]
-    result: dict = {"train": args.train, "test": args.test, "train_samples": len(train["perception"])}
+    y_train = np.concatenate([part["perception"][:, columns] for part in parts])
+    result: dict = {"train": args.train, "test": args.test, "train_samples": len(y_train)}
     result |= {"test_samples": len(test["perception"]), "epochs": args.epochs, "cameras": {}}
     for camera in args.camera:
-        got, seconds = train_and_read(train, test, camera, columns, args.epochs, args.seed)
+        x_train = np.concatenate([_images(part["cameras"], camera) for part in parts])
+        got, seconds = train_and_read(x_train, y_train, _images(test["cameras"], camera), args.epochs, args.seed)
         read = test["perception"].copy()
         read[:, columns] = got
         report = reading_report(

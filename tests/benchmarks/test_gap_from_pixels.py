@@ -30,7 +30,8 @@ def test_the_cnn_reads_the_gap_from_the_camera_that_shows_it():
     truth = test["perception"][:, 0] * 60.0
     errors = {}
     for camera in ("0", "1"):
-        read, _ = train_and_read(train, test, camera, [0, 1], epochs=6, seed=0)
+        x_train, x_test = _images(train["cameras"], camera), _images(test["cameras"], camera)
+        read, _ = train_and_read(x_train, train["perception"], x_test, epochs=6, seed=0)
         errors[camera] = np.abs(read[:, 0] * 60.0 - truth).mean()
     assert errors["1"] < 0.5 * errors["0"]
     assert errors["1"] < 3.0  # a constant guess is 6 m off on average
