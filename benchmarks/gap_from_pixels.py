@@ -2,15 +2,15 @@
 A diagnostic of the perception probe's limit: its pixels, or what the VLM learns to see in them.
 
     python benchmarks/gap_from_pixels.py --train DATA.zarr [MORE.zarr ...] --test HELD_OUT.zarr
-        --camera 3 [--camera 4 ...] [--epochs 10] [--out FILE]
+        --camera 3 [--camera 4 ...] [--frames last|all] [--epochs 10] [--out FILE]
 
 For each ``--camera`` (an index into the data's rig; ``all`` for every camera as channels of one image) a
 CNN is trained on ``--train``'s driven samples to read the gap to the car ahead and its closing speed from
-that camera's frame (the perception targets' scaling, mean squared error), then run on ``--test``'s
-driven samples: ``reading_report`` of ``benchmarks/probe_reading.py`` on what it reads, so the numbers
-sit beside the probe's (the gap's error near the car ahead, its change between decisions, and the
-closing speed tracked from it). Other targets are left as recorded; read only the gap and closing
-speed figures. Deterministic for a seed on one machine (one torch thread per core).
+that camera's last frame (with ``--frames all``, every frame the data records: a motion cue), scaled as
+the perception targets are, by mean squared error. It then reads ``--test``'s driven samples, and
+``reading_report`` of ``benchmarks/probe_reading.py`` scores what it reads, so the numbers sit beside the
+probe's: the gap's error near the car ahead, its change between decisions, and the closing speed tracked
+from it. Other targets are left as recorded; read only the gap and closing speed figures.
 """
 
 from __future__ import annotations
@@ -39,16 +39,16 @@ def _driven(path: str) -> dict[str, np.ndarray]:
     n = len(data)
     moved = np.isnan(np.asarray(data.arrays["plan"][:n])).all(axis=(1, 2))
     keep = np.flatnonzero(~moved)
-    arrays = {k: np.asarray(data.arrays[k][:n])[keep] for k in ("cameras", "perception", "ego_state", "episode", "t")}
-    arrays["cameras"] = arrays["cameras"][:, :, -1]  # the last frame of each camera: [N, cams, H, W, 3]
-    return arrays
+    return {k: np.asarray(data.arrays[k][:n])[keep] for k in ("cameras", "perception", "ego_state", "episode", "t")}
 
 
-def _images(cameras: np.ndarray, camera: str) -> np.ndarray:
-    """``[N, C, H, W]`` float32 in [0, 1]: one camera, or every camera's channels side by side."""
+def _images(cameras: np.ndarray, camera: str, frames: str = "last") -> np.ndarray:
+    """``[N, C, H, W]`` float32 in [0, 1] from ``cameras`` ``[N, cams, frames, H, W, 3]``: one camera or every
+    camera, its last frame or every frame (a motion cue), their channels side by side."""
     chosen = cameras if camera == "all" else cameras[:, [int(camera)]]
-    n, cams, h, w, _ = chosen.shape
-    return chosen.transpose(0, 1, 4, 2, 3).reshape(n, cams * 3, h, w).astype(np.float32) / 255.0
+    chosen = chosen if frames == "all" else chosen[:, :, -1:]
+    n, cams, n_frames, h, w, _ = chosen.shape
+    return chosen.transpose(0, 1, 2, 5, 3, 4).reshape(n, cams * n_frames * 3, h, w).astype(np.float32) / 255.0
 
 
 def gap_reader(channels: int, height: int, width: int, n_out: int):
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--train", nargs="+", required=True, help="datasets with perception targets to learn from")
     p.add_argument("--test", required=True, help="a held-out dataset (e.g. a policy's DAgger round) to read")
     p.add_argument("--camera", action="append", required=True, help="a camera index of the rig, or 'all'")
+    p.add_argument("--frames", choices=("last", "all"), default="last", help="each camera's last frame, or all")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ttc", type=float, default=4.0, help="seconds to the car ahead under which a sample is near")
@@ -119,10 +120,11 @@ def main(argv: list[str] | None = None) -> dict:
     columns = [PERCEPTION_TARGETS.index("lead_gap"), PERCEPTION_TARGETS.index("lead_closing_speed")]
     y_train = np.concatenate([part["perception"][:, columns] for part in parts])
     result: dict = {"train": args.train, "test": args.test, "train_samples": len(y_train)}
-    result |= {"test_samples": len(test["perception"]), "epochs": args.epochs, "cameras": {}}
+    result |= {"test_samples": len(test["perception"]), "frames": args.frames, "epochs": args.epochs, "cameras": {}}
     for camera in args.camera:
-        x_train = np.concatenate([_images(part["cameras"], camera) for part in parts])
-        got, seconds = train_and_read(x_train, y_train, _images(test["cameras"], camera), args.epochs, args.seed)
+        x_train = np.concatenate([_images(part["cameras"], camera, args.frames) for part in parts])
+        x_test = _images(test["cameras"], camera, args.frames)
+        got, seconds = train_and_read(x_train, y_train, x_test, args.epochs, args.seed)
         read = test["perception"].copy()
         read[:, columns] = got
         report = reading_report(
