@@ -166,6 +166,7 @@ def _one_rig_each(base: dict[str, dict[str, Any]], cand: dict[str, dict[str, Any
 
 
 def _by_scenario_and_seed(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The records keyed without their rig."""
     return {f"{r['scenario']}|{r['seed']}": r for r in records.values()}
 
 
@@ -193,11 +194,10 @@ def _row(key: str, b: dict[str, Any], c: dict[str, Any], metric: str) -> dict[st
 
 def to_markdown(cmp: Comparison) -> str:
     verdict = "REGRESSION" if cmp.failed else "no significant regression"
-    across_rigs = [
-        f"- rigs: baseline {rig['baseline']}, candidate {rig['candidate']}: paired by scenario and seed"
-        for rig in [cmp.rigs]
-        if rig
-    ]
+    across_rigs = []
+    if cmp.rigs:
+        baseline, candidate = cmp.rigs["baseline"], cmp.rigs["candidate"]
+        across_rigs.append(f"- rigs: baseline {baseline}, candidate {candidate}: paired by scenario and seed")
     lines = [
         f"# Regression check: {verdict}",
         "",
