@@ -30,15 +30,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _driven(path: str) -> dict[str, np.ndarray]:
-    """A dataset's driven samples (a closer lead's moved sample is left out, as in probe_reading)."""
-    from training.data import DrivingDataset
+    """The arrays of a dataset's driven samples (:func:`benchmarks.probe_reading.driven_samples`)."""
+    from benchmarks.probe_reading import dataset_with_perception, driven_samples
 
-    data = DrivingDataset(path)
-    if "perception" not in data.arrays:
-        raise SystemExit(f"{path}: no perception targets recorded")
-    n = len(data)
-    moved = np.isnan(np.asarray(data.arrays["plan"][:n])).all(axis=(1, 2))
-    keep = np.flatnonzero(~moved)
+    data = dataset_with_perception(path)
+    keep, n = driven_samples(data), len(data)
     return {k: np.asarray(data.arrays[k][:n])[keep] for k in ("cameras", "perception", "ego_state", "episode", "t")}
 
 
@@ -96,6 +92,8 @@ def train_and_read(
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from benchmarks.probe_reading import add_near_options, reading_report
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--train", nargs="+", required=True, help="datasets with perception targets to learn from")
     p.add_argument("--test", required=True, help="a held-out dataset (e.g. a policy's DAgger round) to read")
@@ -103,8 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--frames", choices=("last", "all"), default="last", help="each camera's last frame, or all")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ttc", type=float, default=4.0, help="seconds to the car ahead under which a sample is near")
-    p.add_argument("--min-speed", type=float, default=5.0, help="the ego's speed above which a sample is near")
+    add_near_options(p)
     p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
 
@@ -112,7 +109,6 @@ def main(argv: list[str] | None = None) -> dict:
 
     from agents.vla.perception import PERCEPTION_TARGETS
     from benchmarks.machine import emit
-    from benchmarks.probe_reading import reading_report
 
     torch.set_num_threads(os.cpu_count() or 1)
     parts = [_driven(path) for path in args.train]  # rigs may differ: a camera index is one camera in each

@@ -15,7 +15,6 @@ nothing; ``vla:PATH?perception=oracle`` measures the same closed loop.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -52,25 +51,25 @@ def _mean_and_median(values: list[float]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from benchmarks.probe_reading import add_near_options
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="a saved VLA with perception_in_state")
     p.add_argument("--data", required=True, help="a LoopDrive driving dataset with perception targets")
-    p.add_argument("--ttc", type=float, default=4.0, help="seconds to the car ahead under which a sample counts")
-    p.add_argument("--min-speed", type=float, default=5.0, help="the ego's speed above which a sample counts")
+    add_near_options(p)
     p.add_argument("--samples", type=int, default=48)
     p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
 
     from agents.vla.model import VLA
     from agents.vla.perception import LEAD_RANGE_M, PERCEPTION_TARGETS, time_to_lead
-    from training.data import DrivingDataset
+    from benchmarks.machine import emit
+    from benchmarks.probe_reading import dataset_with_perception
 
     model = VLA.from_pretrained(args.checkpoint)
     if not model.config.perception_in_state:
         raise SystemExit(f"{args.checkpoint}: its plan reads no perception probe (perception_in_state)")
-    data = DrivingDataset(args.data)
-    if "perception" not in data.arrays:
-        raise SystemExit(f"{args.data}: no perception targets recorded")
+    data = dataset_with_perception(args.data)
     truth = np.asarray(data.arrays["perception"][: len(data)])
     speed = np.asarray(data.arrays["ego_state"][: len(data)])[:, 0]
     near = np.flatnonzero((time_to_lead(truth) < args.ttc) & (speed > args.min_speed))
@@ -101,10 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
         "gap_m": {"true_median": float(np.median(gap)), "probe_median": float(np.median(read_gap))},
         "distance_in_3s_m": {k: _mean_and_median(v) for k, v in covered.items()},
     }
-    print(json.dumps(result, indent=1))
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
-    return result
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -141,29 +141,47 @@ def _tracking(read: np.ndarray, truth: np.ndarray, first: np.ndarray, period: fl
     return out
 
 
+def add_near_options(parser: argparse.ArgumentParser) -> None:
+    """``--ttc`` and ``--min-speed``: what a near sample is, in every perception benchmark."""
+    parser.add_argument("--ttc", type=float, default=4.0, help="seconds to the car ahead under which a sample is near")
+    parser.add_argument("--min-speed", type=float, default=5.0, help="the ego's speed above which a sample is near")
+
+
+def dataset_with_perception(path: str):
+    """The driving dataset at ``path``, which must record the perception targets."""
+    from training.data import DrivingDataset
+
+    data = DrivingDataset(path)
+    if "perception" not in data.arrays:
+        raise SystemExit(f"{path}: no perception targets recorded")
+    return data
+
+
+def driven_samples(data) -> np.ndarray:
+    """The indices of a dataset's driven samples: a closer lead's moved sample has no plan, and no decision
+    follows it."""
+    n = len(data)
+    return np.flatnonzero(~np.isnan(np.asarray(data.arrays["plan"][:n])).all(axis=(1, 2)))
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="a saved VLA with a perception probe")
     p.add_argument("--data", required=True, help="a LoopDrive driving dataset with perception targets")
-    p.add_argument("--ttc", type=float, default=4.0, help="seconds to the car ahead under which a sample is near")
-    p.add_argument("--min-speed", type=float, default=5.0, help="the ego's speed above which a sample is near")
+    add_near_options(p)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
 
     from agents.vla.model import VLA
     from benchmarks.machine import emit
-    from training.data import DrivingDataset
 
     model = VLA.from_pretrained(args.checkpoint)
     if model.perception_probe is None:
         raise SystemExit(f"{args.checkpoint}: this VLA has no perception probe ([train] perception_weight)")
-    data = DrivingDataset(args.data)
-    if "perception" not in data.arrays:
-        raise SystemExit(f"{args.data}: no perception targets recorded")
+    data = dataset_with_perception(args.data)
     n = len(data)
-    moved = np.isnan(np.asarray(data.arrays["plan"][:n])).all(axis=(1, 2))  # a closer lead's: no plan
-    driven = np.flatnonzero(~moved)
+    driven = driven_samples(data)
     batches = (driven[start : start + args.batch] for start in range(0, len(driven), args.batch))
     read = [model.read_perception(data.batch(indices).observations) for indices in batches]
     arrays = {k: np.asarray(data.arrays[k][:n])[driven] for k in ("perception", "ego_state", "episode", "t")}
