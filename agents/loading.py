@@ -156,6 +156,11 @@ def trained_observation(spec: str) -> ObservationSetup | None:
     return recorded_observation(_path_and_options(spec, VLA_OPTIONS)[0])
 
 
+def is_saved_vla(spec: str) -> bool:
+    """Whether a ``vla:PATH`` agent's folder holds a saved VLA (its ``vla_config.json``)."""
+    return spec.startswith("vla:") and (Path(_path_and_options(spec, VLA_OPTIONS)[0]) / "vla_config.json").is_file()
+
+
 def recorded_observation(path: str | Path) -> ObservationSetup | None:
     """The observation set-up a saved VLA records in its ``vla_config.json``, read without loading the
     model; None for VLAs saved before SFT recorded it and for a folder that is not a readable VLA

@@ -30,12 +30,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _driven(path: str) -> dict[str, np.ndarray]:
-    """The arrays of a dataset's driven samples (:func:`benchmarks.probe_reading.driven_samples`)."""
-    from benchmarks.probe_reading import dataset_with_perception, driven_samples
+    """The arrays of a dataset's driven samples (:func:`benchmarks.probe_reading.driven_samples`), and their
+    scenario families."""
+    from benchmarks.probe_reading import dataset_with_perception, driven_samples, sample_families
 
     data = dataset_with_perception(path)
     keep, n = driven_samples(data), len(data)
-    return {k: np.asarray(data.arrays[k][:n])[keep] for k in ("cameras", "perception", "ego_state", "episode", "t")}
+    arrays = {k: np.asarray(data.arrays[k][:n])[keep] for k in ("cameras", "perception", "ego_state", "episode", "t")}
+    return arrays | {"family": sample_families(data, keep)}
 
 
 def _images(cameras: np.ndarray, camera: str, frames: str = "last") -> np.ndarray:
@@ -124,7 +126,14 @@ def main(argv: list[str] | None = None) -> dict:
         read = test["perception"].copy()
         read[:, columns] = got
         report = reading_report(
-            read, test["perception"], test["ego_state"][:, 0], test["episode"], test["t"], args.ttc, args.min_speed
+            read,
+            test["perception"],
+            test["ego_state"][:, 0],
+            test["episode"],
+            test["t"],
+            args.ttc,
+            args.min_speed,
+            test["family"],
         )
         result["cameras"][camera] = {"train_s": round(seconds, 1)} | report
         print(f"camera {camera}: {seconds:.0f} s", file=sys.stderr)

@@ -16,9 +16,13 @@ follows it) and compares what it reads with the recorded truth, as JSON:
   decision period apart (``near``: the second one near). One frame shows a gap and hardly how fast it
   falls; a tracker (an agent's ``closing=tracked``) reads the closing speed as the gap's fall over the
   period, so its error is the change of the gap's error over the period, divided by the period. The gap
-  errors' correlation between the two decisions, both readings' mean absolute error and correlation
-  with the truth, and how often each reads a car closing fast as closing, and a steady one as closing,
-  say whether tracking the probe's gap reads better than the probe's closing speed, and how.
+  errors' correlation between the two decisions, each reading's (tracked, the probe's, and ``mean``: the two
+  averaged) mean absolute error and correlation with the truth, and how often each reads a car closing
+  fast as closing, and a steady one as closing, say whether tracking the probe's gap reads better than
+  the probe's closing speed, and how.
+- ``near_by_family``: ``near`` and its ``tracking`` again for each scenario family with near samples. The
+  world's car ahead is the nearest one in the ego's path: in a cut-in or an overtake it may sit beside the
+  lane's axis, where a reading fails that reads a braking car dead ahead well.
 """
 
 from __future__ import annotations
@@ -80,9 +84,11 @@ def reading_report(
     t: np.ndarray,
     ttc: float = 4.0,
     min_speed: float = 5.0,
+    family: np.ndarray | None = None,
 ) -> dict:
     """The report for driven samples in recorded order: the probe's ``read`` and the ``truth``
-    (``[N, perception_targets]``), the ego's ``speed``, each sample's ``episode`` and time ``t``."""
+    (``[N, perception_targets]``), the ego's ``speed``, each sample's ``episode`` and time ``t``, and with
+    each sample's scenario ``family`` the near samples' figures by family too."""
     from agents.vla.perception import PERCEPTION_TARGETS, time_to_lead
 
     gap = PERCEPTION_TARGETS.index("lead_gap")
@@ -104,14 +110,20 @@ def reading_report(
         "with_lead": _tracking(read, truth, first, period),
         "near": _tracking(read, truth, first[near[first + 1]], period),
     }
+    if family is not None:
+        report["near_by_family"] = {
+            name: _readings(read[near & (family == name)], truth[near & (family == name)], ttc)
+            | {"tracking": _tracking(read, truth, first[near[first + 1] & (family[first + 1] == name)], period)}
+            for name in sorted(set(family[near].tolist()))
+        }
     return report
 
 
 def _tracking(read: np.ndarray, truth: np.ndarray, first: np.ndarray, period: float) -> dict[str, float]:
     """The closing speed read as the gap's fall from each decision ``first`` to the next, against the
-    probe's own reading at the next and the truth there. ``fast``: pairs closing at ``FAST_MPS`` or more,
-    ``steady``: under 1 m/s either way; ``*_read_closing`` the share read as closing at ``CLOSING_MPS``
-    or more (a car seen closing; in ``steady``, one that is not)."""
+    probe's own reading at the next, the two averaged, and the truth there. ``fast``: pairs closing at
+    ``FAST_MPS`` or more, ``steady``: under 1 m/s either way; ``*_read_closing`` the share read as closing
+    at ``CLOSING_MPS`` or more (a car seen closing; in ``steady``, one that is not)."""
     from agents.vla.perception import CLOSING_SCALE_MPS, LEAD_RANGE_M, PERCEPTION_TARGETS
 
     if len(first) == 0:
@@ -123,6 +135,7 @@ def _tracking(read: np.ndarray, truth: np.ndarray, first: np.ndarray, period: fl
         "tracked": -(read[first + 1, gap] - read[first, gap]) * LEAD_RANGE_M / period,
         "probe": read[first + 1, closing] * CLOSING_SCALE_MPS,
     }
+    readings["mean"] = (readings["tracked"] + readings["probe"]) / 2  # their errors differ in kind: worth averaging?
     fast, steady = true >= FAST_MPS, np.abs(true) < 1.0
     out = {
         "pairs": len(first),
@@ -155,6 +168,15 @@ def dataset_with_perception(path: str):
     if "perception" not in data.arrays:
         raise SystemExit(f"{path}: no perception targets recorded")
     return data
+
+
+def sample_families(data, indices: np.ndarray) -> np.ndarray:
+    """The scenario family of each of a dataset's samples at ``indices``, from the bank it was collected on."""
+    from scenarios import load_bank
+
+    family_of = {s.id: s.family for s in load_bank(data.card["source"]["bank"]).scenarios}
+    scenarios = np.asarray(data.text["scenario"][: len(data)])[indices]
+    return np.array([family_of[str(s)] for s in scenarios])
 
 
 def driven_samples(data) -> np.ndarray:
@@ -198,6 +220,7 @@ def main(argv: list[str] | None = None) -> dict:
             arrays["t"],
             args.ttc,
             args.min_speed,
+            sample_families(data, driven),
         ),
     }
     return emit(result, args.out)

@@ -17,6 +17,10 @@
 - ``images/blind_plan.png``: the SFT recipe's best draw driving into a slow car (``overtake``), its front
   and tele cameras at its input size each second, with its plan from them and from the first
   decision's cameras (skipped where that checkpoint is not on this machine);
+- ``images/near_misreads.png``: for a cut-in, an overtake and a braking car ahead, the near sample (a policy's
+  own state, from ``zm0``'s second DAgger round) whose gap the probe misreads most, its front-wide and tele
+  cameras as the VLA gets them, with the gap and the probe's reading (skipped where that run is not on this
+  machine);
 - ``images/report.png``: the top of an evaluation report (``loopdrive eval`` on four smoke scenarios),
   as headless Chromium renders it (skipped when no Chromium is installed).
 """
@@ -290,6 +294,48 @@ def blind_plan(checkpoint: Path, scenario: str = "overtake-041", name: str = "bl
     return path
 
 
+def near_misreads(
+    run: Path, families: tuple[str, ...] = ("cut_in", "overtake", "lead_brake"), name: str = "near_misreads.png"
+) -> Path | None:
+    """Per family, the near sample of ``run``'s second DAgger round whose gap its final checkpoint's probe
+    misreads most: the front-wide and tele cameras as the VLA gets them, the gap true and read."""
+    import cv2
+    import numpy as np
+
+    from agents.vla.model import VLA
+    from agents.vla.perception import LEAD_RANGE_M, PERCEPTION_TARGETS, time_to_lead
+    from benchmarks.probe_reading import dataset_with_perception, driven_samples, sample_families
+    from envs.sensors import RIGS
+
+    checkpoint, round_2 = run / "checkpoints" / "final", run / "dagger" / "round_2.zarr"
+    if not (checkpoint / "vla_config.json").exists() or not round_2.exists():
+        return None
+    data = dataset_with_perception(str(round_2))
+    driven = driven_samples(data)
+    truth = np.asarray(data.arrays["perception"][: len(data)])[driven]
+    speed = np.asarray(data.arrays["ego_state"][: len(data)])[driven, 0]
+    near = np.flatnonzero((time_to_lead(truth) < 4.0) & (speed > 5.0))
+    read = VLA.from_pretrained(checkpoint).read_perception(data.batch(driven[near]).observations)
+    gap = PERCEPTION_TARGETS.index("lead_gap")
+    true_m, read_m = truth[near, gap] * LEAD_RANGE_M, read[:, gap] * LEAD_RANGE_M
+    family = sample_families(data, driven[near])
+    names = [c.name for c in RIGS[data.card["rig"]]]
+    cameras = [names.index("front_wide_120fov"), names.index("front_tele_30fov")]
+    rows = []
+    for wanted in families:
+        worst = max(np.flatnonzero(family == wanted), key=lambda i: abs(read_m[i] - true_m[i]), default=None)
+        if worst is None:
+            continue
+        frames = np.asarray(data.arrays["cameras"][driven[near[worst]]])[cameras, -1]
+        tiles = [cv2.resize(f, (224, 112), interpolation=cv2.INTER_NEAREST) for f in frames]
+        pad = np.full((112, 8, 3), 255, np.uint8)
+        label = np.full((22, 2 * 224 + 8, 3), 255, np.uint8)
+        text = f"{wanted}: car in the path {true_m[worst]:.0f} m ahead, the probe reads {read_m[worst]:.0f} m"
+        cv2.putText(label, text, (4, 16), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1)
+        rows.append(np.vstack([label, np.hstack([tiles[0], pad, tiles[1]])]))
+    return save_rows(rows, name)
+
+
 def report(chromium: str) -> Path:
     from evaluation import EvalConfig, evaluate
 
@@ -321,6 +367,8 @@ if __name__ == "__main__":
     print(rl_critic(rl_runs) or "runs/rl/long32_s0 or cw4fit50_long_s0 missing: images/rl_critic.png not remade")
     recipe = Path("runs/s54/po_r2/checkpoints/final")  # the SFT recipe's best draw (docs/experiments/sft.md)
     print(blind_plan(recipe) or f"{recipe} missing: images/blind_plan.png not remade")
+    zm0 = Path("runs/s80/zm0")  # the zoom rig's draw (docs/experiments/rl.md, stops 80 and 81)
+    print(near_misreads(zm0) or f"{zm0} missing: images/near_misreads.png not remade")
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser:
         print(report(browser))

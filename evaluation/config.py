@@ -73,7 +73,7 @@ class EvalConfig(BaseModel):
         """Unset observation fields (the rig too) take the agent's training set-up (or the defaults); a frame count
         other than the one the agent learnt from is refused."""
         from agents.base import DEFAULT_OBSERVATION
-        from agents.loading import trained_observation
+        from agents.loading import is_saved_vla, trained_observation
 
         trained = trained_observation(self.agent)
         if trained is not None and (self.n_frames is not None or self.frame_every is not None):
@@ -81,7 +81,7 @@ class EvalConfig(BaseModel):
             frame_every = trained.frame_every if self.frame_every is None else self.frame_every
             if why := trained.other_frames(n_frames, self.agent, frame_every):
                 raise ValueError(f"n_frames: {why}; leave n_frames and frame_every out to evaluate it on its own")
-        if trained is None and self.agent.startswith("vla:") and self.n_frames is None:
+        if trained is None and self.n_frames is None and is_saved_vla(self.agent):  # else loading it says what is wrong
             warnings.warn(
                 f"{self.agent} records no training set-up (saved before SFT recorded it): rendering"
                 f" {DEFAULT_OBSERVATION.n_frames} frames per camera; set n_frames to what it learnt from",

@@ -23,14 +23,15 @@ def _episode(gap_error: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize(
-    ("gap_error", "error_sd", "tracked_mae", "tracked_sees_closing"),
+    ("gap_error", "error_sd", "tracked_mae", "tracked_sees_closing", "mean_mae"),
     [
-        (np.full(10, 3.0), 0.0, 0.0, 1.0),
-        (np.where(np.arange(10) % 2, 2.0, -2.0), 2.0, 8.0, 4 / 9),  # reads -4 (5 pairs) and 12 m/s (4 pairs)
+        (np.full(10, 3.0), 0.0, 0.0, 1.0, 2.0),  # the mean of 4 and the probe's 0
+        # reads -4 (5 pairs) and 12 m/s (4 pairs); averaged with 0: -2 and 6, off by 6 and 2
+        (np.where(np.arange(10) % 2, 2.0, -2.0), 2.0, 8.0, 4 / 9, (5 * 6 + 4 * 2) / 9),
     ],
 )
 def test_the_report_reads_gap_errors_and_what_tracking_them_would_read(
-    gap_error, error_sd, tracked_mae, tracked_sees_closing
+    gap_error, error_sd, tracked_mae, tracked_sees_closing, mean_mae
 ):
     read, truth = _episode(gap_error)
     t = np.arange(10) * 0.5
@@ -52,6 +53,7 @@ def test_the_report_reads_gap_errors_and_what_tracking_them_would_read(
     assert np.isnan(tracking["tracked_steady_read_closing"])
     assert tracking["tracked_closing_mae"] == pytest.approx(tracked_mae, abs=1e-3)
     assert tracking["probe_closing_mae"] == pytest.approx(4.0)
+    assert tracking["mean_closing_mae"] == pytest.approx(mean_mae, abs=0.005)  # rounded to 0.01
     assert tracking["gap_error_change_sd"] == pytest.approx(np.std(np.diff(gap_error)), abs=0.01)
     assert tracking["true_gap_change_sd"] == pytest.approx(0.0, abs=1e-4)
 
@@ -63,3 +65,34 @@ def test_pairs_are_successive_decisions_of_one_episode():
     episode = np.array([0] * 4 + [1] * 6, np.int32)
     report = reading_report(read, truth, np.full(10, 10.0), episode, t)
     assert report["tracking"]["with_lead"]["pairs"] == 3 + 2 + 2
+
+
+def test_near_samples_are_reported_by_family_with_their_tracking():
+    """Two episodes of two families: one gap read 3 m long throughout (its tracker exact), one whose error
+    flips sign each decision; each family's figures are its own samples' alone."""
+    steady, steady_truth = _episode(np.full(10, 3.0))
+    flipping, flipping_truth = _episode(np.where(np.arange(10) % 2, 2.0, -2.0))
+    read, truth = np.concatenate([steady, flipping]), np.concatenate([steady_truth, flipping_truth])
+    t = np.tile(np.arange(10) * 0.5, 2)
+    episode = np.repeat(np.array([0, 1], np.int32), 10)
+    family = np.repeat(np.array(["lead_brake", "cut_in"]), 10)
+    report = reading_report(read, truth, np.full(20, 10.0), episode, t, family=family)
+    by_family = report["near_by_family"]
+    assert list(by_family) == ["cut_in", "lead_brake"]
+    assert by_family["lead_brake"]["samples"] == 2 and by_family["lead_brake"]["gap_error_mean"] == pytest.approx(3.0)
+    assert by_family["lead_brake"]["tracking"]["tracked_closing_mae"] == pytest.approx(0.0, abs=1e-3)
+    assert by_family["cut_in"]["gap_error_sd"] == pytest.approx(2.0, abs=1e-4)
+    assert by_family["cut_in"]["tracking"]["pairs"] == 2
+    assert by_family["cut_in"]["tracking"]["tracked_closing_mae"] == pytest.approx(8.0, abs=1e-3)
+    assert "near_by_family" not in reading_report(steady, steady_truth, np.full(10, 10.0), episode[:10], t[:10])
+
+
+def test_a_datasets_samples_have_their_scenarios_families(dataset):
+    from benchmarks.probe_reading import dataset_with_perception, driven_samples, sample_families
+
+    data = dataset_with_perception(str(dataset))
+    driven = driven_samples(data)
+    families = sample_families(data, driven)
+    scenarios = np.asarray(data.text["scenario"][: len(data)])[driven]
+    assert len(families) == len(driven) > 0
+    assert dict(zip(scenarios.tolist(), families.tolist())) == {"lead_brake-000": "lead_brake", "curve-000": "curve"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -459,6 +460,9 @@ def test_a_trained_vla_is_evaluated_and_fine_tuned_on_the_observations_it_learnt
     (older / "vla_config.json").write_text(json.dumps(config))
     with pytest.warns(UserWarning, match="records no training set-up"):
         assert EvalConfig(agent=f"vla:{older}").n_frames == 4
+    with warnings.catch_warnings():  # no VLA there at all (a run still training): loading it will say so, alone
+        warnings.simplefilter("error")
+        assert EvalConfig(agent=f"vla:{tmp_path / 'not_yet'}").n_frames == 4
 
     from training.data import CollectSettings, DatasetError, collect
 
