@@ -32,12 +32,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def _driven(path: str) -> dict[str, np.ndarray]:
     """The arrays of a dataset's driven samples (:func:`benchmarks.probe_reading.driven_samples`), and their
     scenario families."""
-    from benchmarks.probe_reading import dataset_with_perception, driven_samples, sample_families
+    from benchmarks.probe_reading import dataset_with_perception, driven_samples
 
     data = dataset_with_perception(path)
     keep, n = driven_samples(data), len(data)
     arrays = {k: np.asarray(data.arrays[k][:n])[keep] for k in ("cameras", "perception", "ego_state", "episode", "t")}
-    return arrays | {"family": sample_families(data, keep)}
+    return arrays | {"family": data.families()[keep]}
 
 
 def _images(cameras: np.ndarray, camera: str, frames: str = "last") -> np.ndarray:

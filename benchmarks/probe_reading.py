@@ -135,7 +135,8 @@ def _tracking(read: np.ndarray, truth: np.ndarray, first: np.ndarray, period: fl
         "tracked": -(read[first + 1, gap] - read[first, gap]) * LEAD_RANGE_M / period,
         "probe": read[first + 1, closing] * CLOSING_SCALE_MPS,
     }
-    readings["mean"] = (readings["tracked"] + readings["probe"]) / 2  # their errors differ in kind: worth averaging?
+    # the two averaged: the tracker's error follows the gap's jumps, the probe's under-reads a braking car
+    readings["mean"] = (readings["tracked"] + readings["probe"]) / 2
     fast, steady = true >= FAST_MPS, np.abs(true) < 1.0
     out = {
         "pairs": len(first),
@@ -168,15 +169,6 @@ def dataset_with_perception(path: str):
     if "perception" not in data.arrays:
         raise SystemExit(f"{path}: no perception targets recorded")
     return data
-
-
-def sample_families(data, indices: np.ndarray) -> np.ndarray:
-    """The scenario family of each of a dataset's samples at ``indices``, from the bank it was collected on."""
-    from scenarios import load_bank
-
-    family_of = {s.id: s.family for s in load_bank(data.card["source"]["bank"]).scenarios}
-    scenarios = np.asarray(data.text["scenario"][: len(data)])[indices]
-    return np.array([family_of[str(s)] for s in scenarios])
 
 
 def driven_samples(data) -> np.ndarray:
@@ -220,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
             arrays["t"],
             args.ttc,
             args.min_speed,
-            sample_families(data, driven),
+            data.families()[driven],
         ),
     }
     return emit(result, args.out)

@@ -304,7 +304,7 @@ def near_misreads(
 
     from agents.vla.model import VLA
     from agents.vla.perception import LEAD_RANGE_M, PERCEPTION_TARGETS, time_to_lead
-    from benchmarks.probe_reading import dataset_with_perception, driven_samples, sample_families
+    from benchmarks.probe_reading import dataset_with_perception, driven_samples
     from envs.sensors import RIGS
 
     checkpoint, round_2 = run / "checkpoints" / "final", run / "dagger" / "round_2.zarr"
@@ -318,7 +318,7 @@ def near_misreads(
     read = VLA.from_pretrained(checkpoint).read_perception(data.batch(driven[near]).observations)
     gap = PERCEPTION_TARGETS.index("lead_gap")
     true_m, read_m = truth[near, gap] * LEAD_RANGE_M, read[:, gap] * LEAD_RANGE_M
-    family = sample_families(data, driven[near])
+    family = data.families()[driven[near]]
     names = [c.name for c in RIGS[data.card["rig"]]]
     cameras = [names.index("front_wide_120fov"), names.index("front_tele_30fov")]
     rows = []

@@ -35,15 +35,3 @@ def empty_straight():
     return make_scenario(
         "straight", {"lanes": 1, "length": 300.0, "speed_limit": 13.9, "density": 0.0}, 0, "empty_straight"
     )
-
-
-@pytest.fixture(scope="session")
-def dataset(tmp_path_factory):
-    """A small collected dataset (the smoke bank's lead_brake-000 and curve-000), shared by the data, SFT and
-    benchmark tests: collected once per session."""
-    from tests.training.helpers import collect_settings
-    from training.data import collect
-
-    path = tmp_path_factory.mktemp("data") / "smoke.zarr"
-    collect(collect_settings(), path, progress=False)
-    return path

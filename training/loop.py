@@ -3,7 +3,6 @@ the seeded order they read it in, and the learning-rate schedule."""
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Mapping
@@ -14,9 +13,8 @@ import torch
 
 from agents.vla.perception import time_to_lead
 from loopdrive.seeding import rng as seeded_rng
-from scenarios.banks import load_bank
 from training.checkpoints import clean_stale
-from training.data import DatasetError, DrivingDataset, collect
+from training.data import DatasetError, DrivingDataset, collect, scenario_families
 from training.recipes import DataSection, TrainSection
 
 
@@ -107,31 +105,17 @@ def family_weights(data: DrivingDataset, weights: Mapping[str, float]) -> np.nda
     """Each sample's draw weight from its scenario's family (1 for a family not named): a family's share
     of the batches, which a dataset's counts set otherwise. The families are read from the data's bank;
     a name that is no family there is refused (a misspelt family would weight nothing)."""
-    out = np.ones(len(data))
     if not weights:
-        return out
+        return np.ones(len(data))
     bank_name = data.card["source"]["bank"]
-    family_of = _scenario_families(bank_name)
-    unknown = sorted(set(weights) - set(family_of.values()))
+    families = set(scenario_families(bank_name).values())
+    unknown = sorted(set(weights) - families)
     if unknown:
         raise DatasetError(
             f"train.family_weights: {unknown} are no family of bank {bank_name!r}, which {data.path} was "
-            f"collected on (its families: {sorted(set(family_of.values()))})"
+            f"collected on (its families: {sorted(families)})"
         )
-    for i, scenario in enumerate(data.text["scenario"][: len(data)]):
-        if scenario not in family_of:
-            raise DatasetError(
-                f"{data.path / 'scenario'}: sample {i}'s scenario {scenario!r} is not in bank {bank_name!r}"
-            )
-        out[i] = weights.get(family_of[scenario], 1.0)
-    return out
-
-
-@functools.cache
-def _scenario_families(bank_name: str) -> dict[str, str]:
-    """Scenario id -> family for a bank, read once per process: the DAgger rounds' samplers ask again
-    for every round's data each time a round is added."""
-    return {s.id: s.family for s in load_bank(bank_name).scenarios}
+    return np.array([weights.get(family, 1.0) for family in data.families()])
 
 
 def draw_weights(data: DrivingDataset, train: TrainSection) -> np.ndarray:

@@ -85,14 +85,3 @@ def test_near_samples_are_reported_by_family_with_their_tracking():
     assert by_family["cut_in"]["tracking"]["pairs"] == 2
     assert by_family["cut_in"]["tracking"]["tracked_closing_mae"] == pytest.approx(8.0, abs=1e-3)
     assert "near_by_family" not in reading_report(steady, steady_truth, np.full(10, 10.0), episode[:10], t[:10])
-
-
-def test_a_datasets_samples_have_their_scenarios_families(dataset):
-    from benchmarks.probe_reading import dataset_with_perception, driven_samples, sample_families
-
-    data = dataset_with_perception(str(dataset))
-    driven = driven_samples(data)
-    families = sample_families(data, driven)
-    scenarios = np.asarray(data.text["scenario"][: len(data)])[driven]
-    assert len(families) == len(driven) > 0
-    assert dict(zip(scenarios.tolist(), families.tolist())) == {"lead_brake-000": "lead_brake", "curve-000": "curve"}

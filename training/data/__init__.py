@@ -19,6 +19,7 @@ _EXPORTS = {
     "SampleBatch": "training.data.dataset",
     "card_path": "training.data.dataset",
     "dataset_card": "training.data.dataset",
+    "scenario_families": "training.data.dataset",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -3,6 +3,7 @@ gave them), the dataset card, and the zarr layout both sides agree on (``FORMAT`
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -176,6 +177,18 @@ class DrivingDataset:
     def __len__(self) -> int:
         return self.n
 
+    def families(self) -> np.ndarray:
+        """Each sample's scenario family, from the bank the data was collected on (its card's source); a
+        scenario that bank lacks is a ``DatasetError`` naming the sample."""
+        bank = self.card["source"]["bank"]
+        family_of = scenario_families(bank)
+        for i, scenario in enumerate(self.text["scenario"]):
+            if scenario not in family_of:
+                raise DatasetError(
+                    f"{self.path / 'scenario'}: sample {i}'s scenario {scenario!r} is not in bank {bank!r}"
+                )
+        return np.array([family_of[scenario] for scenario in self.text["scenario"]])
+
     def target_actions(self, lateral: action_space.LateralAction, chunk: int = 512) -> np.ndarray:
         """Every sample's target as a VLA's flow head learns it: (accel, ``lateral``) actions ``[N, 64, 2]``.
 
@@ -209,6 +222,15 @@ class DrivingDataset:
         reasoning = [self.text["reasoning"][i] for i in idx]
         actions = None if lateral is None else self.target_actions(lateral)[idx]
         return SampleBatch(obs, reasoning, self.arrays["target"][idx], perception, self.manoeuvres[idx], actions)
+
+
+@functools.cache
+def scenario_families(bank_name: str) -> dict[str, str]:
+    """Scenario id -> family for a bank, read once per process: the DAgger rounds' samplers ask again
+    for every round's data each time a round is added."""
+    from scenarios.banks import load_bank
+
+    return {s.id: s.family for s in load_bank(bank_name).scenarios}
 
 
 def _manoeuvres(meta_actions: Sequence[str], path: Path) -> np.ndarray:

@@ -48,6 +48,16 @@ def test_dataset_round_trip_and_card(dataset):
     assert again["samples"] == len(ds)
 
 
+def test_each_sample_has_its_scenarios_family_and_a_scenario_not_in_the_bank_is_named(dataset):
+    ds = DrivingDataset(dataset)
+    families = ds.families()
+    assert len(families) == len(ds)
+    assert dict(zip(ds.text["scenario"], families.tolist())) == {"lead_brake-000": "lead_brake", "curve-000": "curve"}
+    ds.text["scenario"][3] = "nowhere-000"
+    with pytest.raises(DatasetError, match=r"scenario: sample 3's scenario 'nowhere-000' is not in bank 'smoke'"):
+        ds.families()
+
+
 def test_target_actions_are_fitted_once_and_are_what_each_batch_would_fit(dataset):
     """The flow head's targets, fitted over the whole dataset in chunks, equal a batch's own fit (to float
     rounding: the solve is the same per sample), and come with a batch only when asked for."""
