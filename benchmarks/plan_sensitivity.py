@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
 
     from agents.vla.model import VLA
-    from agents.vla.perception import LEAD_RANGE_M, PERCEPTION_TARGETS, time_to_lead
+    from agents.vla.perception import LEAD_RANGE_M, PERCEPTION_TARGETS
     from benchmarks.machine import emit
-    from benchmarks.probe_reading import dataset_with_perception
+    from benchmarks.probe_reading import dataset_with_perception, near_samples
 
     model = VLA.from_pretrained(args.checkpoint)
     if not model.config.perception_in_state:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     data = dataset_with_perception(args.data)
     truth = np.asarray(data.arrays["perception"][: len(data)])
     speed = np.asarray(data.arrays["ego_state"][: len(data)])[:, 0]
-    near = np.flatnonzero((time_to_lead(truth) < args.ttc) & (speed > args.min_speed))
+    near = np.flatnonzero(near_samples(truth, speed, args.ttc, args.min_speed))
     if len(near) == 0:
         raise SystemExit(f"{args.data}: no sample under {args.ttc} s from the car ahead above {args.min_speed} m/s")
     chosen = np.sort(np.random.default_rng(0).choice(near, min(args.samples, len(near)), replace=False))

@@ -89,10 +89,10 @@ def reading_report(
     """The report for driven samples in recorded order: the probe's ``read`` and the ``truth``
     (``[N, perception_targets]``), the ego's ``speed``, each sample's ``episode`` and time ``t``, and with
     each sample's scenario ``family`` the near samples' figures by family too."""
-    from agents.vla.perception import PERCEPTION_TARGETS, time_to_lead
+    from agents.vla.perception import PERCEPTION_TARGETS
 
     gap = PERCEPTION_TARGETS.index("lead_gap")
-    near = (time_to_lead(truth) < ttc) & (speed > min_speed)
+    near = near_samples(truth, speed, ttc, min_speed)
     with_lead = (truth[:, gap] < 1.0) & (speed > 2.0)
     same_episode = episode[1:] == episode[:-1]
     steps = np.round(np.diff(t)[same_episode], 3)
@@ -111,11 +111,11 @@ def reading_report(
         "near": _tracking(read, truth, first[near[first + 1]], period),
     }
     if family is not None:
-        report["near_by_family"] = {
-            name: _readings(read[near & (family == name)], truth[near & (family == name)], ttc)
-            | {"tracking": _tracking(read, truth, first[near[first + 1] & (family[first + 1] == name)], period)}
-            for name in sorted(set(family[near].tolist()))
-        }
+        report["near_by_family"] = {}
+        for name in sorted(set(family[near].tolist())):
+            mine = near & (family == name)
+            tracking = _tracking(read, truth, first[mine[first + 1]], period)
+            report["near_by_family"][name] = _readings(read[mine], truth[mine], ttc) | {"tracking": tracking}
     return report
 
 
@@ -153,6 +153,14 @@ def _tracking(read: np.ndarray, truth: np.ndarray, first: np.ndarray, period: fl
             share = float(np.mean(value[mask] >= CLOSING_MPS)) if mask.any() else float("nan")
             out[f"{name}_{kind}_read_closing"] = round(share, 3)
     return out
+
+
+def near_samples(perception: np.ndarray, speed: np.ndarray, ttc: float = 4.0, min_speed: float = 5.0) -> np.ndarray:
+    """Which samples are near the car ahead: under ``ttc`` seconds from it at its recorded closing speed, the
+    ego above ``min_speed`` m/s (where a plan must brake)."""
+    from agents.vla.perception import time_to_lead
+
+    return (time_to_lead(perception) < ttc) & (speed > min_speed)
 
 
 def add_near_options(parser: argparse.ArgumentParser) -> None:

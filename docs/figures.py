@@ -303,8 +303,8 @@ def near_misreads(
     import numpy as np
 
     from agents.vla.model import VLA
-    from agents.vla.perception import LEAD_RANGE_M, PERCEPTION_TARGETS, time_to_lead
-    from benchmarks.probe_reading import dataset_with_perception, driven_samples
+    from agents.vla.perception import LEAD_RANGE_M, PERCEPTION_TARGETS
+    from benchmarks.probe_reading import dataset_with_perception, driven_samples, near_samples
     from envs.sensors import RIGS
 
     checkpoint, round_2 = run / "checkpoints" / "final", run / "dagger" / "round_2.zarr"
@@ -314,7 +314,7 @@ def near_misreads(
     driven = driven_samples(data)
     truth = np.asarray(data.arrays["perception"][: len(data)])[driven]
     speed = np.asarray(data.arrays["ego_state"][: len(data)])[driven, 0]
-    near = np.flatnonzero((time_to_lead(truth) < 4.0) & (speed > 5.0))
+    near = np.flatnonzero(near_samples(truth, speed))
     read = VLA.from_pretrained(checkpoint).read_perception(data.batch(driven[near]).observations)
     gap = PERCEPTION_TARGETS.index("lead_gap")
     true_m, read_m = truth[near, gap] * LEAD_RANGE_M, read[:, gap] * LEAD_RANGE_M
