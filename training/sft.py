@@ -25,7 +25,7 @@ import torch
 from agents.alpamayo.model import AlpamayoR1
 from agents.base import ObservationSetup
 from agents.policy import load_policy
-from agents.vla import VLA, action_space
+from agents.vla import VLA, action_space, route_prior
 from agents.vla.config import VLAConfig
 from agents.vla.manoeuvre import MANOEUVRES
 from agents.vla.model import state_features
@@ -79,10 +79,17 @@ def action_statistics(
 
 def manoeuvre_origins(dataset: DrivingDataset, config: VLAConfig) -> list[list[list[float]]]:
     """Each manoeuvre's mean plan in the data (the classes as ``config.manoeuvre_by_s`` reads them), in the
-    flow head's normalised actions: where ``manoeuvre_origin`` starts a plan given that manoeuvre."""
+    flow head's normalised actions: where ``manoeuvre_origin`` starts a plan given that manoeuvre. With
+    ``route_origin``, its mean residual from the route's own lateral actions (each plan starts from those
+    plus the residual)."""
     targets, actions = target_actions(dataset, config.lateral_action)
     classes = manoeuvre_under_way(dataset.manoeuvres, targets, config.manoeuvre_by_s)
     normalised = action_space.normalise(actions, config.action_mean, config.action_std, config.lateral_action)
+    if config.route_origin:
+        v0 = action_space.initial_speed(torch.from_numpy(np.asarray(dataset.arrays["ego_history"]))).numpy()
+        routes = np.asarray(dataset.arrays["route"])
+        route = route_prior.route_origin(routes, v0, config.lateral_action, config.action_std)
+        normalised[..., 1] -= torch.from_numpy(route).to(normalised.dtype)
     origins = []
     for k, name in enumerate(MANOEUVRES):
         chosen = torch.from_numpy(classes == k)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents.base import ObservationSetup
 from agents.vla.action_space import LateralAction
@@ -76,6 +76,12 @@ class VLAConfig(BaseModel):
         "plus the prior's noise, not from the noise alone (DiffusionDrive's anchors): the manoeuvre is in the "
         "noisy actions the head denoises, which it cannot ignore as it can an input. Needs a manoeuvre head",
     )
+    route_origin: bool = Field(
+        False,
+        description="with manoeuvre_origin, the flow starts from the route's own lateral actions "
+        "(agents.vla.route_prior: its centreline driven at a speed its curvature allows) plus the manoeuvre's "
+        "mean residual from them, so a head that has learnt little still turns with the road. Needs route_inputs",
+    )
     manoeuvre_by_s: float | None = Field(
         None,
         gt=0,
@@ -100,3 +106,12 @@ class VLAConfig(BaseModel):
         if v[0] % 28 or v[1] % 28 or min(v) <= 0:
             raise ValueError(f"image_size {v} must be positive multiples of 28 (patch 14 x merge 2)")
         return v
+
+    @model_validator(mode="after")
+    def _route_origin_needs(self) -> VLAConfig:
+        if self.route_origin and not (self.manoeuvre_origin and self.route_inputs):
+            raise ValueError(
+                "route_origin: the flow starts from the route's actions plus the manoeuvre's mean residual; "
+                "it needs manoeuvre_origin = true and route_inputs = true"
+            )
+        return self

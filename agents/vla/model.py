@@ -25,7 +25,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessorPil
 from transformers.utils import logging as hf_logging
 
 from agents.parts import TrainableParts
-from agents.vla import action_space
+from agents.vla import action_space, route_prior
 from agents.vla.checkpoint import CheckpointError, check_finite, check_tokenizer, load_strict, load_weights, read_config
 from agents.vla.clearance import clearance_loss, lead_bound, synthetic_leads
 from agents.vla.config import PRESETS, VLAConfig
@@ -186,17 +186,18 @@ def state_features(obs: dict[str, Any], route: bool = True, command: bool = True
 
 
 def patchify(
-    images: np.ndarray, mean: np.ndarray, std: np.ndarray, patch: int = 14, merge: int = 2, temporal: int = 2
-) -> np.ndarray:
+    images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, patch: int = 14, merge: int = 2, temporal: int = 2
+) -> torch.Tensor:
     """Qwen-VL pixel patches from ``[N, H, W, 3]`` uint8 images, in the layout its image processor
-    produces (normalise, repeat over the temporal patch, group 2 x 2 merge blocks), vectorised."""
-    x = (images.astype(np.float32) / 255.0 - mean) / std
+    produces (normalise, repeat over the temporal patch, group 2 x 2 merge blocks), on the images' device:
+    on a GPU the uint8 pixels cross to it, a quarter of the float32 bytes and an eighth of the patches'."""
+    x = (images.float() / 255.0 - mean) / std
     n, h, w, c = x.shape
     gh, gw = h // patch, w // patch
-    x = np.repeat(x.transpose(0, 3, 1, 2)[:, None], temporal, 1)  # [N, T, C, H, W]
+    x = x.permute(0, 3, 1, 2)[:, None].expand(n, temporal, c, h, w)  # [N, T, C, H, W]
     x = x.reshape(n, temporal, c, gh // merge, merge, patch, gw // merge, merge, patch)
-    x = x.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
-    return np.ascontiguousarray(x.reshape(n * gh * gw, c * temporal * patch * patch))
+    x = x.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    return x.reshape(n * gh * gw, c * temporal * patch * patch)
 
 
 class VLA(nn.Module, TrainableParts):
@@ -374,7 +375,9 @@ class VLA(nn.Module, TrainableParts):
         else:
             enc = self.tokenizer(prompts, return_tensors="pt", padding=True)
         enc["mm_token_type_ids"] = (enc["input_ids"] == self.backbone.config.image_token_id).long()
-        enc["pixel_values"] = torch.from_numpy(patchify(np.stack(images), self.pixel_mean, self.pixel_std))
+        pixels = torch.from_numpy(np.stack(images)).to(self.device)
+        mean, std = (torch.as_tensor(v, device=self.device) for v in (self.pixel_mean, self.pixel_std))
+        enc["pixel_values"] = patchify(pixels, mean, std)
         enc["image_grid_thw"] = torch.tensor([[1, h // 14, w // 14]] * len(images))
         v0 = [
             float(action_space.initial_speed(torch.as_tensor(o["ego_history"], dtype=torch.float32)[None])[0])
@@ -384,6 +387,8 @@ class VLA(nn.Module, TrainableParts):
         ]
         enc["v0"] = torch.tensor(v0)
         enc["state"] = torch.from_numpy(self.state_inputs(observations))
+        if self.config.route_origin:
+            enc["route_origin"] = torch.from_numpy(self.route_origin(observations, np.asarray(v0)))
         return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in enc.items()}
 
     def state_inputs(self, observations: list[dict[str, Any]]) -> np.ndarray:
@@ -395,6 +400,15 @@ class VLA(nn.Module, TrainableParts):
         if c.state_mean is not None and c.state_std is not None:
             feats = (feats - np.asarray(c.state_mean, np.float32)) / np.asarray(c.state_std, np.float32)
         return feats.astype(np.float32)
+
+    def route_origin(self, observations: list[dict[str, Any]], v0: np.ndarray) -> np.ndarray:
+        """With ``route_origin``, what the route ahead adds to where each plan's flow starts ``[B, steps]``
+        (:func:`agents.vla.route_prior.route_origin`)."""
+        missing = [i for i, o in enumerate(observations) if "route" not in o]
+        if missing:
+            raise ValueError(f"route_origin: observation(s) {missing} have no 'route' (the route ahead)")
+        route = np.stack([np.asarray(o["route"], np.float64) for o in observations])
+        return route_prior.route_origin(route, v0, self.config.lateral_action, self.config.action_std)
 
     def _vlm_inputs(self, batch: dict[str, Any]) -> dict[str, Any]:
         keys = ("input_ids", "attention_mask", "pixel_values", "image_grid_thw", "mm_token_type_ids")
@@ -489,14 +503,20 @@ class VLA(nn.Module, TrainableParts):
 
     def flow_origin(self, batch: dict[str, Any]) -> torch.Tensor | None:
         """With ``manoeuvre_origin``, where each sample's flow starts: its planned manoeuvre's mean plan in
-        the SFT data (normalised actions ``[B, steps, dims]``); else None (the prior's centre, 0)."""
+        the SFT data (normalised actions ``[B, steps, dims]``), with ``route_origin`` that manoeuvre's mean
+        residual plus the route's own lateral actions (``batch["route_origin"]``); else None (the prior's
+        centre, 0)."""
         c = self.config
         if not c.manoeuvre_origin:
             return None
         if c.manoeuvre_origins is None:
             raise ValueError("manoeuvre_origin: this VLA has no manoeuvre_origins (SFT fills them from its data)")
         origins = torch.tensor(c.manoeuvre_origins, dtype=torch.float32, device=self.device)
-        return origins[self.planned_manoeuvre(batch).to(self.device)]
+        origin = origins[self.planned_manoeuvre(batch).to(self.device)]
+        if c.route_origin:
+            route = batch["route_origin"].to(self.device, origin.dtype)
+            origin = torch.stack([origin[..., 0], origin[..., 1] + route], -1)
+        return origin
 
     def actions_to_trajectory(self, u: torch.Tensor, v0: torch.Tensor) -> torch.Tensor:
         c = self.config

@@ -364,6 +364,34 @@ def test_manoeuvre_origins_are_each_classs_mean_plan_and_data_without_a_class_is
     assert load_recipe(recipe, ["eval.hold=6", "eval.noise=0"]).eval.agent_options() == "reasoning=0&noise=0&hold=6"
 
 
+def test_with_route_origin_each_manoeuvres_origin_is_its_mean_residual_from_the_routes_actions(dataset):
+    """``route_origin``: a class's origin plus its samples' mean route actions is the class's mean plan, so
+    the flow starts, on average over the class, where ``manoeuvre_origin`` alone starts it."""
+    from agents.vla import action_space
+    from agents.vla.config import VLAConfig
+    from agents.vla.manoeuvre import MANOEUVRES
+    from agents.vla.route_prior import route_origin
+    from training.data import DrivingDataset
+    from training.data.labels import manoeuvre_under_way
+    from training.sft import manoeuvre_origins
+
+    data = DrivingDataset(dataset)
+    data.manoeuvres = np.arange(len(data)) % len(MANOEUVRES)
+    common = dict(lateral_action="lateral_acceleration", action_mean=(0.2, 0.01), action_std=(1.1, 0.4))
+    common |= dict(manoeuvres=3, manoeuvre_origin=True, manoeuvre_by_s=3.0)
+    plain = torch.tensor(manoeuvre_origins(data, VLAConfig(**common)))
+    residual = torch.tensor(manoeuvre_origins(data, VLAConfig(**common, route_origin=True)))
+    speed = action_space.initial_speed(torch.from_numpy(data.arrays["ego_history"][:])).numpy()
+    route = torch.from_numpy(route_origin(data.arrays["route"][:], speed, "lateral_acceleration", (1.1, 0.4)))
+    assert route.abs().max() > 0.1  # the smoke data holds a curve
+    classes = manoeuvre_under_way(data.manoeuvres, data.arrays["target"][:], 3.0)
+    for k in range(len(MANOEUVRES)):
+        if (classes == k).any():
+            mean_route = route[torch.from_numpy(classes == k)].mean(0)
+            torch.testing.assert_close(residual[k, :, 0], plain[k, :, 0])
+            torch.testing.assert_close(residual[k, :, 1] + mean_route, plain[k, :, 1], atol=1e-5, rtol=1e-5)
+
+
 def test_a_recipe_that_learns_nothing_or_mixes_stages_and_parts_is_refused(dataset, tmp_path):
     from training.recipes import RecipeError
 

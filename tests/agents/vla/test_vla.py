@@ -105,7 +105,8 @@ def test_patchify_matches_the_qwen_image_processor():
     )
     imgs = np.random.default_rng(0).integers(0, 255, (3, 56, 112, 3), dtype=np.uint8)
     ref = proc(images=list(imgs), return_tensors="pt")["pixel_values"].numpy()
-    mine = patchify(imgs, np.asarray(proc.image_mean, np.float32), np.asarray(proc.image_std, np.float32))
+    mean, std = (torch.tensor(v, dtype=torch.float32) for v in (proc.image_mean, proc.image_std))
+    mine = patchify(torch.from_numpy(imgs), mean, std).numpy()
     assert mine.shape == ref.shape and np.abs(mine - ref).max() < 1e-5
 
 
@@ -671,6 +672,58 @@ def test_manoeuvre_origin_starts_the_flow_from_the_planned_manoeuvres_mean_plan(
     source = torch.randn(x1.shape, generator=g) + origin
     torch.testing.assert_close(seen["x_t"], t[:, None, None] * x1 + (1 - t[:, None, None]) * source)
     torch.testing.assert_close(loss, (x1 - source).pow(2).mean())
+
+
+def test_route_origin_adds_the_routes_own_lateral_actions_to_the_manoeuvres_origin(observations):
+    """With ``route_origin`` a plan's flow starts from its manoeuvre's origin (there: the mean residual) plus
+    the route ahead's lateral actions in the head's units, in the lateral channel only; a chain at noise
+    0 starts there; an observation without its route is refused by index."""
+    from agents.vla.route_prior import route_origin
+
+    config = VLAConfig(
+        manoeuvres=3, manoeuvre_origin=True, route_origin=True, lateral_action="lateral_acceleration"
+    ).model_copy(update={"action_mean": (0.1, 0.0), "action_std": (1.2, 0.9)})
+    model = VLA(config).eval()
+    origins = torch.randn(3, 64, 2, generator=torch.Generator().manual_seed(4))
+    model.config.manoeuvre_origins = origins.tolist()
+    batch = model.prepare(observations)
+    model.encode(batch)
+    routes = np.stack([np.asarray(o["route"], np.float64) for o in observations])
+    route = torch.from_numpy(route_origin(routes, batch["v0"].numpy(), "lateral_acceleration", (1.2, 0.9)))
+    assert route.abs().max() > 0.1  # the smoke bank's curve bends within the plan
+    torch.testing.assert_close(batch["route_origin"], route)
+    chosen = batch["manoeuvre_logits"].argmax(1)
+    expected = origins[chosen] + torch.stack([torch.zeros_like(route), route], -1)
+    torch.testing.assert_close(model.flow_origin(batch), expected)
+    _, chain, _, _ = model.sample_with_log_prob(observations, generator=torch.Generator().manual_seed(1), init_noise=0)
+    torch.testing.assert_close(chain[0], expected)
+    with pytest.raises(ValueError, match=r"route_origin: observation\(s\) \[1\] have no 'route'"):
+        model.prepare([observations[0], {k: v for k, v in observations[1].items() if k != "route"}])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_the_pixels_are_patched_there_as_on_the_cpu_and_the_route_origin_starts_its_flows(observations):
+    """The uint8 pixels cross to the GPU and are patched there as on the CPU (to a float32 rounding: CUDA
+    divides by a number as a multiplication by its reciprocal); the route's origin is computed as on the
+    CPU and a chain at noise 0 starts there. (Plans are not compared: cuDNN's TF32 convolutions, the vision
+    tower's patch embedding, move an untrained model's plan by centimetres.)"""
+    import copy
+
+    config = VLAConfig(manoeuvres=3, manoeuvre_origin=True, route_origin=True, lateral_action="lateral_acceleration")
+    cpu = VLA(config).eval()
+    cpu.config.manoeuvre_origins = torch.randn(3, 64, 2, generator=torch.Generator().manual_seed(4)).tolist()
+    gpu = copy.deepcopy(cpu).to("cuda")
+    on_cpu, on_gpu = cpu.prepare(observations), gpu.prepare(observations)
+    assert on_gpu["pixel_values"].is_cuda and on_gpu["route_origin"].is_cuda
+    torch.testing.assert_close(on_gpu["pixel_values"].cpu(), on_cpu["pixel_values"], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(on_gpu["route_origin"].cpu(), on_cpu["route_origin"])
+    gpu.encode(on_gpu)
+    expected = gpu.flow_origin(on_gpu)
+    assert expected.is_cuda
+    _, chain, _, _ = gpu.sample_with_log_prob(
+        observations, generator=torch.Generator("cuda").manual_seed(1), init_noise=0
+    )
+    torch.testing.assert_close(chain[0].to(expected.device), expected)
 
 
 def test_a_held_lane_change_is_planned_for_its_decisions_and_each_episode_starts_free(observations, tmp_path):
