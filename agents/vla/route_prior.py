@@ -86,6 +86,8 @@ def route_lateral_actions(
     curvature allows; past a route's last point its last curvature holds."""
     if len(route) == 0:
         return np.zeros((0, steps))
+    if np.ndim(route) != 3 or np.shape(route)[1] < 3 or np.shape(route)[2] != 2:
+        raise ValueError(f"route_lateral_actions: routes must be [B, P >= 3, 2] points, got shape {np.shape(route)}")
     arc, curvature = route_curvature(route)
     v0 = np.ascontiguousarray(v0, np.float64)
     return _drive(np.ascontiguousarray(arc), np.ascontiguousarray(curvature), v0, steps, dt, lateral != "curvature")

@@ -68,6 +68,8 @@ def test_the_origin_is_the_actions_over_the_datas_lateral_std_or_the_bound():
     np.testing.assert_allclose(scaled, actions / 0.5, rtol=1e-6)
     np.testing.assert_allclose(route_origin(routes, v0, "lateral_acceleration", None), actions / 9.8, rtol=1e-6)
     assert route_lateral_actions(np.zeros((0, 32, 2)), np.zeros(0), "curvature").shape == (0, 64)
+    with pytest.raises(ValueError, match=r"routes must be \[B, P >= 3, 2\] points, got shape \(1, 2, 2\)"):
+        route_lateral_actions(np.zeros((1, 2, 2)), np.zeros(1), "curvature")
 
 
 def test_route_origin_needs_the_manoeuvre_origin_and_the_route():
