@@ -107,6 +107,20 @@ def moved_route(observations: list[dict], metres: float) -> list[dict]:
     return out
 
 
+def offset_response(model, observations: list[dict]) -> dict:
+    """Where ``model``'s deterministic plans are at 3 s and 6.4 s (mean lateral position, left positive) with
+    the route moved ``OFFSET_M`` to either side of the car, and not moved."""
+    response = {}
+    for metres in (-OFFSET_M, 0.0, OFFSET_M):
+        planned = model.act_batch(moved_route(observations, metres), reasoning=False, noise_scale=0.0)
+        plans = np.stack([o["trajectory"] for o in planned])
+        response[f"route_{metres:+.1f}m"] = {
+            "plan_y_at_3s_m": round(float(plans[:, STEP_3S, 1].mean()), 2),
+            "plan_y_at_6.4s_m": round(float(plans[:, -1, 1].mean()), 2),
+        }
+    return response
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="a LoopDrive driving dataset")
@@ -127,9 +141,9 @@ def main(argv: list[str] | None = None) -> dict:
     families = data.families()
     lateral = data.target_actions(args.lateral)[..., 1]
     v0 = action_space.initial_speed(torch.from_numpy(np.asarray(data.arrays["ego_history"]))).numpy()
-    route = route_lateral_actions(np.asarray(data.arrays["route"]), v0, args.lateral)
-    targets = np.asarray(data.arrays["target"])
-    census = offset_census(np.asarray(data.arrays["route"]), targets, families)
+    routes = np.asarray(data.arrays["route"])
+    route = route_lateral_actions(routes, v0, args.lateral)
+    census = offset_census(routes, np.asarray(data.arrays["target"]), families)
     model = None
     if args.checkpoint:
         from agents.vla.model import VLA
@@ -159,15 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
     if model is not None:
         straight = np.flatnonzero(np.isin(families, STRAIGHT_FAMILIES) & (v0 > 3.0))
         chosen = np.sort(rng.choice(straight, min(args.samples * len(STRAIGHT_FAMILIES), len(straight)), replace=False))
-        observations = data.batch(chosen).observations
-        response = {}
-        for metres in (-OFFSET_M, 0.0, OFFSET_M):
-            planned = model.act_batch(moved_route(observations, metres), reasoning=False, noise_scale=0.0)
-            plans = np.stack([o["trajectory"] for o in planned])
-            response[f"route_{metres:+.1f}m"] = {
-                "plan_y_at_3s_m": round(float(plans[:, STEP_3S, 1].mean()), 2),
-                "plan_y_at_6.4s_m": round(float(plans[:, -1, 1].mean()), 2),
-            }
+        response = offset_response(model, data.batch(chosen).observations)
         result["offset_response"] = {"samples": int(len(chosen)), **response}
     return emit(result, args.out)
 
