@@ -5,7 +5,7 @@ plans turn 0.63-0.83 of a curve and 0.26-0.60 of a junction's turn (``evaluation
 ratio). On its own training samples they turn 0.74-0.96 (``benchmarks/plan_turning.py``). The route
 ahead is in its inputs, and the flow has to learn to turn from it. ``[model] route_origin`` starts the
 flow from these actions instead (plus the manoeuvre's mean residual), so the head learns what the car
-does *beside* following the route. On the expert's data they leave 0.30 m/s^2 of a curve's 1.40 (rms
+does *beside* following the route. On the expert's data they leave 0.30 m/s^2 of a curve's 1.38 (rms
 lateral acceleration) to learn, and nothing of a junction's, where the speed is the traffic's.
 Measured in one draw, the plans then turn 0.95 of a curve, the car drives curves no better, and the
 model loses 11.4 points on val at the junctions and lane changes (docs/experiments/rl.md, stop 82):
