@@ -130,9 +130,6 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
 
-    import torch
-
-    from agents.vla import action_space
     from agents.vla.route_prior import route_lateral_actions
     from benchmarks.machine import emit
     from training.data import DrivingDataset
@@ -140,10 +137,9 @@ def main(argv: list[str] | None = None) -> dict:
     data = DrivingDataset(args.data)
     families = data.families()
     lateral = data.target_actions(args.lateral)[..., 1]
-    v0 = action_space.initial_speed(torch.from_numpy(np.asarray(data.arrays["ego_history"]))).numpy()
-    routes = np.asarray(data.arrays["route"])
-    route = route_lateral_actions(routes, v0, args.lateral)
-    census = offset_census(routes, np.asarray(data.arrays["target"]), families)
+    v0 = data.initial_speeds
+    route_actions = route_lateral_actions(data.arrays["route"], v0, args.lateral)
+    census = offset_census(data.arrays["route"], data.arrays["target"], families)
     model = None
     if args.checkpoint:
         from agents.vla.model import VLA
@@ -156,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
         row = {
             "samples": int(len(rows)),
             "lateral_rms": round(float(np.sqrt(np.mean(lateral[rows] ** 2))), 3),
-            "residual_from_route_rms": round(float(np.sqrt(np.mean((lateral[rows] - route[rows]) ** 2))), 3),
+            "residual_from_route_rms": round(float(np.sqrt(np.mean((lateral[rows] - route_actions[rows]) ** 2))), 3),
         }
         if model is not None:
             chosen = np.sort(rng.choice(rows, min(args.samples, len(rows)), replace=False))

@@ -86,9 +86,9 @@ def manoeuvre_origins(dataset: DrivingDataset, config: VLAConfig) -> list[list[l
     classes = manoeuvre_under_way(dataset.manoeuvres, targets, config.manoeuvre_by_s)
     normalised = action_space.normalise(actions, config.action_mean, config.action_std, config.lateral_action)
     if config.route_origin:
-        v0 = action_space.initial_speed(torch.from_numpy(np.asarray(dataset.arrays["ego_history"]))).numpy()
-        routes = np.asarray(dataset.arrays["route"])
-        route = route_prior.route_origin(routes, v0, config.lateral_action, config.action_std)
+        route = route_prior.route_origin(
+            dataset.arrays["route"], dataset.initial_speeds, config.lateral_action, config.action_std
+        )
         normalised[..., 1] -= torch.from_numpy(route).to(normalised.dtype)
     origins = []
     for k, name in enumerate(MANOEUVRES):

@@ -189,6 +189,12 @@ class DrivingDataset:
                 )
         return np.array([family_of[scenario] for scenario in self.text["scenario"]])
 
+    @functools.cached_property
+    def initial_speeds(self) -> np.ndarray:
+        """Each sample's speed at its decision ``[N]`` (float32), as a VLA reads it from the ego history
+        (:func:`agents.vla.action_space.initial_speed`): where its targets' and plans' actions start."""
+        return action_space.initial_speed(torch.from_numpy(self.arrays["ego_history"])).numpy()
+
     def target_actions(self, lateral: action_space.LateralAction, chunk: int = 512) -> np.ndarray:
         """Every sample's target as a VLA's flow head learns it: (accel, ``lateral``) actions ``[N, 64, 2]``.
 
@@ -197,7 +203,7 @@ class DrivingDataset:
         each training batch's took a fifth of an SFT step."""
         if lateral not in self._actions:
             targets = torch.from_numpy(self.arrays["target"])
-            speeds = action_space.initial_speed(torch.from_numpy(self.arrays["ego_history"]))
+            speeds = torch.from_numpy(self.initial_speeds)
             fits = [
                 action_space.from_trajectory(targets[i : i + chunk], speeds[i : i + chunk], lateral=lateral)
                 for i in range(0, self.n, chunk)
