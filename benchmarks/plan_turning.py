@@ -1,6 +1,6 @@
 """Does the plan turn, brake and steer back as the data does? An open-loop diagnostic of the flow head.
 
-    python benchmarks/plan_turning.py --data DATA.zarr [--checkpoint RUN/checkpoints/final]
+    python benchmarks/plan_turning.py --data DATA.zarr [--checkpoint RUN/checkpoints/final [--rendered]]
         [--samples 16] [--out FILE]
 
 Per scenario family of the data: how much of the recorded futures' lateral action (rms) the route's own
@@ -11,11 +11,14 @@ or right (the car off its lane's centre) and where the recorded future is 3 s on
 no noise) **turn ratio** against the recorded future's (as ``evaluation.steering`` reads a closed loop:
 the heading change over their common arc, up to 40 m, where the future turns by more than 0.05 rad; 1
 turns as much, 0 drives straight) and its **braking ratio** (the speed change over 3 s, where the future
-slows by more than 1 m/s); and the **offset response**: on the straight-road samples above 3 m/s (the
-``--samples`` of each of ``STRAIGHT_FAMILIES``), where the plan is at 3 s and 6.4 s with the route (and
+slows by more than 1 m/s); the **offset fit**: on the data's straight-road samples more than 0.5 m off
+the centre, how the plan's lateral position at 3 s follows the lateral and heading error beside how the
+recorded future does (``offset_fit``); and the **offset response**: on the straight-road samples above
+3 m/s (the ``--samples`` of each of ``STRAIGHT_FAMILIES``), where the plan is at 3 s and 6.4 s with the route (and
 the lateral error the state token reads) moved ``OFFSET_M`` to the left or right (the cameras as they
-were). A plan that steers back ends near the moved route on either side. Prints JSON (and writes it
-with ``--out``).
+were). A plan that steers back ends near the moved route on either side. With ``--rendered``, the
+same with the ego itself moved in the simulator, the cameras rendered there, beside the expert's way
+back from there (``rendered_offset_response``). Prints JSON (and writes it with ``--out``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ MIN_TURN = 0.05  # rad: futures that turn less say nothing about turning (evalua
 MIN_SLOWING = 1.0  # m/s over 3 s: futures that slow less say nothing about braking
 STRAIGHT_FAMILIES = ("straight", "traffic_jam", "pedestrian_crossing")  # roads without a bend or a lane change
 OFFSET_M = 1.5  # how far the offset response moves the route
+WARMUP_DECISIONS = 6  # the rendered offset response's decisions of the expert first: 3 s, at speed
 LATERAL_ERROR = 5  # the ego state's lateral error to the route (its sign opposite to the route's offset)
 
 
@@ -121,18 +125,95 @@ def offset_response(model, observations: list[dict]) -> dict:
     return response
 
 
+def offset_fit(errors: np.ndarray, futures: np.ndarray, plans: np.ndarray) -> dict:
+    """How the recorded futures and the plans at 3 s (y, left positive) follow the ego's lateral and heading
+    error to the route (``errors`` ``[N, 2]``, m and rad, as the ego state holds them): least-squares
+    coefficients of ``y = a * lateral + b * heading + c`` for each. A plan that answers an offset as the
+    data does has the futures' coefficients; one that answers it at half strength, half of them."""
+    x = np.column_stack([errors, np.ones(len(errors))])
+    out = {"samples": int(len(errors))}
+    for name, poses in (("future", futures), ("plan", plans)):
+        a, b, _ = np.linalg.lstsq(x, poses[:, STEP_3S, 1], rcond=None)[0]
+        out[name] = {"per_lateral_m": round(float(a), 3), "per_heading_rad": round(float(b), 2)}
+    return out
+
+
+def rendered_offset_response(model, card: dict, per_family: int) -> dict:
+    """The offset response with the ego itself moved (``LoopDriveEnv.shift_ego``: the cameras rendered
+    there, the route and the state read there), as a collection's ``offset_ego`` branch puts it: on the
+    first ``per_family`` scenarios of each of ``STRAIGHT_FAMILIES`` in the data's bank and split, in the
+    env the data was recorded with, ``WARMUP_DECISIONS`` into the expert's drive, ``OFFSET_M`` to either
+    side and not moved. Where ``model``'s deterministic plan is at 3 s and 6.4 s, and the expert's driven
+    future from there (``ExpertLabeller``): the way back the data teaches. Scenarios where a move would
+    leave the road or touch another are skipped on all three."""
+    from agents import load_agent
+    from envs import LoopDriveEnv
+    from scenarios import load_bank
+    from training.data.dagger import ExpertLabeller
+
+    source = card["source"]
+    env = LoopDriveEnv(
+        bank=source["bank"],
+        split=source["split"],
+        rig=card["rig"],
+        camera_size=tuple(card["camera_size"]),
+        n_frames=card["n_frames"],
+        frame_every=card["frame_every"],
+        decision_every=card["decision_every"],
+        observations=("cameras", "ego_history", "ego_state", "route", "command"),
+    )
+    expert, labeller = load_agent("expert"), ExpertLabeller(source["bank"], source["split"], card["decision_every"])
+    bank = load_bank(source["bank"], split=source["split"])
+    ids = [s.id for f in STRAIGHT_FAMILIES for s in [s for s in bank.scenarios if s.family == f][:per_family]]
+    offsets = (-OFFSET_M, 0.0, OFFSET_M)
+    plans, futures = {m: [] for m in offsets}, {m: [] for m in offsets}
+    for sid in ids:
+        obs, _ = env.reset(seed=0, options={"scenario": sid})
+        expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+        for _ in range(WARMUP_DECISIONS):
+            obs, _, terminated, truncated, _ = env.step(expert.act(obs).trajectory)
+            if terminated or truncated:
+                break
+        decision = env.snapshot()
+        moved = {}
+        for metres in offsets:
+            env.restore(decision)
+            if (obs := env.shift_ego(metres, 0.0)) is None:
+                break
+            moved[metres] = (obs, labeller.label(env.snapshot()))
+        if len(moved) < len(offsets) or any(label.target is None for _, label in moved.values()):
+            continue
+        planned = model.act_batch([o for o, _ in moved.values()], reasoning=False, noise_scale=0.0)
+        for metres, out in zip(offsets, planned):
+            plans[metres].append(out["trajectory"])
+            futures[metres].append(moved[metres][1].target)
+    response = {"scenarios": len(plans[0.0])}
+    for metres in offsets:
+        plan, future = np.stack(plans[metres]), np.stack(futures[metres])
+        response[f"ego_{metres:+.1f}m"] = {
+            "plan_y_at_3s_m": round(float(plan[:, STEP_3S, 1].mean()), 2),
+            "plan_y_at_6.4s_m": round(float(plan[:, -1, 1].mean()), 2),
+            "expert_y_at_3s_m": round(float(future[:, STEP_3S, 1].mean()), 2),
+            "expert_y_at_6.4s_m": round(float(future[:, -1, 1].mean()), 2),
+        }
+    return response
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="a LoopDrive driving dataset")
     p.add_argument("--checkpoint", help="a saved VLA whose deterministic plans to compare")
     p.add_argument("--samples", type=int, default=16, help="per family, with --checkpoint")
     p.add_argument("--lateral", default="lateral_acceleration", choices=("lateral_acceleration", "curvature"))
+    p.add_argument(
+        "--rendered", action="store_true", help="with --checkpoint: the offset response with the ego moved and rendered"
+    )
     p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
 
     from agents.vla.route_prior import route_lateral_actions
     from benchmarks.machine import emit
-    from training.data import DrivingDataset
+    from training.data import DrivingDataset, dataset_card
 
     data = DrivingDataset(args.data)
     families = data.families()
@@ -171,6 +252,19 @@ def main(argv: list[str] | None = None) -> dict:
         chosen = np.sort(rng.choice(straight, min(args.samples * len(STRAIGHT_FAMILIES), len(straight)), replace=False))
         response = offset_response(model, data.batch(chosen).observations)
         result["offset_response"] = {"samples": int(len(chosen)), **response}
+        off = np.abs(data.arrays["ego_state"][:, LATERAL_ERROR]) > 0.5
+        beside = np.flatnonzero(np.isin(families, STRAIGHT_FAMILIES) & (v0 > 3.0) & off)
+        result["offset_fit"] = None
+        if len(beside) >= 3:  # the data's own samples off the centre (offset_ego's, perturbed starts')
+            chosen = np.sort(rng.choice(beside, min(args.samples * len(STRAIGHT_FAMILIES), len(beside)), replace=False))
+            batch = data.batch(chosen)
+            plans = np.stack(
+                [o["trajectory"] for o in model.act_batch(batch.observations, reasoning=False, noise_scale=0.0)]
+            )
+            errors = data.arrays["ego_state"][chosen][:, LATERAL_ERROR : LATERAL_ERROR + 2]
+            result["offset_fit"] = offset_fit(errors, batch.targets, plans)
+        if args.rendered:
+            result["rendered_offset_response"] = rendered_offset_response(model, dataset_card(args.data), args.samples)
     return emit(result, args.out)
 
 

@@ -283,13 +283,36 @@ class LoopDriveEnv(DriveEnv):
         """Move an actor ``metres`` forward now (:meth:`World.move_along`; negative: back) and return the
         observation with the cameras' newest frame rendered again. A branch: :meth:`restore` a snapshot to
         go on with the episode. With ``n_frames > 1`` refused: the older frames would show it where it was."""
-        if self.world is None:
-            raise RuntimeError("call reset() before move_actor()")
-        if self.n_frames > 1:
-            raise ValueError(f"move_actor: n_frames = {self.n_frames}; the older frames would show the actor unmoved")
-        if self.imagined is not None:
-            raise ValueError("move_actor: the world model draws this env's frames, not the moved world")
+        self._check_branch("move_actor", "the actor")
         self.world.move_along(actor_id, metres)
+        return self._observe_moved()
+
+    def shift_ego(self, lateral_m: float, heading_rad: float) -> dict[str, Any] | None:
+        """Move the ego ``lateral_m`` to its left now (negative: right) and turn it ``heading_rad``
+        (:meth:`World.shift_ego`), its history carried along, and return the observation there with the
+        cameras' newest frame rendered again; None (the world left moved) where the moved ego would be off
+        the road or touching another. A branch: :meth:`restore` a snapshot to go on with the episode. With
+        ``n_frames > 1`` refused: the older frames would show the road where the ego was."""
+        self._check_branch("shift_ego", "the ego")
+        before = self._pose()[:3]
+        if not self.world.shift_ego(lateral_m, heading_rad):
+            return None
+        self.history.carry(before, self._pose()[:3])
+        self._ego_track[-1] = self.ego_record()
+        return self._observe_moved()
+
+    def _check_branch(self, method: str, moved: str) -> None:
+        """A branch that moves something now needs a world, and frames that all show it now: one frame per
+        camera, rendered by the simulator (not drawn by a world model)."""
+        if self.world is None:
+            raise RuntimeError(f"call reset() before {method}()")
+        if self.n_frames > 1:
+            raise ValueError(f"{method}: n_frames = {self.n_frames}; the older frames would show {moved} unmoved")
+        if self.imagined is not None:
+            raise ValueError(f"{method}: the world model draws this env's frames, not the moved world")
+
+    def _observe_moved(self) -> dict[str, Any]:
+        """The observation after a branch's move, the cameras' newest frame rendered again."""
         if self._frames is not None:
             self._timed_capture(self.frame_slots - 1)
         return self._observe()

@@ -61,6 +61,17 @@ class EgoHistory:
         self.buf[self.k] = x, y, yaw, speed
         self.k = (self.k + 1) % HISTORY_STEPS
 
+    def carry(self, before: tuple[float, float, float], after: tuple[float, float, float]) -> None:
+        """Move the whole ring rigidly with the ego from pose ``before`` to ``after`` (x, y, yaw): the ego
+        moved sideways or turned in a branch (``World.shift_ego``) drove there the way it drove here, so its
+        history reads the same in its own frame."""
+        (x0, y0, yaw0), (x1, y1, yaw1) = before, after
+        local = to_ego(self.buf[:, :2], x0, y0, yaw0)
+        c, s = math.cos(yaw1), math.sin(yaw1)
+        self.buf[:, 0] = x1 + c * local[:, 0] - s * local[:, 1]
+        self.buf[:, 1] = y1 + s * local[:, 0] + c * local[:, 1]
+        self.buf[:, 2] += yaw1 - yaw0
+
     def observe(self, world: World) -> np.ndarray:
         st = world.state
         return self.observe_from(float(st.x[0]), float(st.y[0]), float(st.yaw[0]))

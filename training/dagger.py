@@ -89,6 +89,7 @@ def collect_round(
             "target": "expert",
             "label_every": recipe.dagger.label_every,
             "closer_lead": recipe.dagger.closer_lead,
+            "offset_ego": recipe.dagger.offset_ego,
             "scenarios": round_scenarios(recipe, round_),
             "seeds": 1,
             "perturb_fraction": 0.0,

@@ -189,7 +189,11 @@ class DaggerSection(_Section):
     ``closer_lead``: at that share of the labelled decisions with a car ahead, a second sample with the car
     moved back along its lane to a gap drawn between 2 m and its own (at most 20 m), the cameras rendered
     there and the expert's label from there (``collect``'s ``closer_lead``): near cars at speed, which the expert's data
-    lacks and the policy drives into (needs ``[data] n_frames = 1``)."""
+    lacks and the policy drives into (needs ``[data] n_frames = 1``).
+
+    ``offset_ego``: at that share of the labelled decisions, a second sample with the ego moved sideways and
+    turned (within ``[data] offset_ego_lateral_m`` and ``offset_ego_heading_deg``), rendered there and labelled
+    with the expert's way back (``collect``'s ``offset_ego``; needs ``[data] n_frames = 1``)."""
 
     rounds: int = Field(0, ge=0)
     round0_driver: str | None = None
@@ -199,6 +203,7 @@ class DaggerSection(_Section):
     label_every: int = Field(1, ge=1)
     focus: Literal["uniform", "disagreement"] = "uniform"
     closer_lead: float = Field(0.0, ge=0, le=1)
+    offset_ego: float = Field(0.0, ge=0, le=1)
 
     @field_validator("round0_driver")
     @classmethod
@@ -453,11 +458,12 @@ class SFTRecipe(_OnData):
     def _dagger_after_one_schedule(self) -> SFTRecipe:
         if self.dagger.rounds and self.train.two_stage:
             raise ValueError("dagger: rounds after a two_stage schedule are not supported (set one of them)")
-        if self.dagger.closer_lead and self.data.n_frames > 1:
-            raise ValueError(
-                f"dagger.closer_lead needs data.n_frames = 1 (it is {self.data.n_frames}): older frames would show "
-                "the car unmoved"
-            )
+        for name in ("closer_lead", "offset_ego"):
+            if getattr(self.dagger, name) and self.data.n_frames > 1:
+                raise ValueError(
+                    f"dagger.{name} needs data.n_frames = 1 (it is {self.data.n_frames}): older frames would show "
+                    "the world unmoved"
+                )
         return self
 
     @model_validator(mode="before")

@@ -132,6 +132,22 @@ class World:
         if c.levels:
             st.z[rows] = c.paths.height(path, st.s[rows])
 
+    def shift_ego(self, lateral_m: float, heading_rad: float) -> bool:
+        """Move the ego ``lateral_m`` to its left now (negative: right) and turn it ``heading_rad``
+        (counter-clockwise), keeping its speed, and project it on its route again. For a branch off a
+        snapshot with the ego off its lane's centre (``collect``'s ``offset_ego``: recovery data, as in
+        DART). Returns whether the moved ego is clear: on the road and touching nothing."""
+        st, c = self.state, self.compiled
+        yaw = float(st.yaw[0])
+        st.x[0] -= lateral_m * math.sin(yaw)
+        st.y[0] += lateral_m * math.cos(yaw)
+        st.yaw[0] = yaw + heading_rad
+        if c.levels:
+            self._update_heights()
+        offroad, contact = self._update_route()
+        st.offroad = offroad
+        return not offroad and not contact.any()
+
     # --- queries --------------------------------------------------------------------------------------------
     @property
     def t(self) -> float:

@@ -53,3 +53,54 @@ def test_the_offset_census_counts_routes_that_start_beside_the_car_and_moving_th
     np.testing.assert_allclose(moved["route"][:, 1], 1.5)
     assert moved["ego_state"][5] == -1.5 and moved["command"] == 1  # the car 1.5 m right of the moved route
     assert obs["route"][0, 1] == 0.0 and obs["ego_state"][5] == 0.0  # the data's own observation is untouched
+
+
+def test_the_rendered_offset_response_moves_the_ego_and_the_expert_steers_back_on_either_side():
+    """``rendered_offset_response`` on the smoke bank with a model that always plans straight on: its plans
+    read 0 at every offset, the cameras it was shown differ with the move, and the expert's way back from
+    the moved ego goes right from the left and left from the right (the route beside it either way)."""
+    from benchmarks.plan_turning import OFFSET_M, rendered_offset_response
+
+    class StraightOn:
+        def __init__(self):
+            self.seen = []
+
+        def act_batch(self, observations, reasoning, noise_scale):
+            self.seen += observations
+            return [{"trajectory": poses(8.0, 0.0, 0.0)} for _ in observations]
+
+    card = {
+        "source": {"bank": "smoke", "split": None},
+        "rig": "front_only",
+        "camera_size": [32, 64],
+        "n_frames": 1,
+        "frame_every": 1,
+        "decision_every": 5,
+    }
+    model = StraightOn()
+    response = rendered_offset_response(model, card, per_family=1)
+    assert response["scenarios"] == 3 and len(model.seen) == 9
+    left, centre, right = (response[f"ego_{m:+.1f}m"] for m in (OFFSET_M, 0.0, -OFFSET_M))
+    assert left["plan_y_at_3s_m"] == centre["plan_y_at_6.4s_m"] == right["plan_y_at_3s_m"] == 0.0
+    assert left["expert_y_at_6.4s_m"] < -0.5 and right["expert_y_at_6.4s_m"] > 0.5
+    assert abs(centre["expert_y_at_6.4s_m"]) < 0.3
+    for k in range(3):  # the route moved with the ego, the cameras rendered where it stands
+        route_y = [model.seen[3 * k + i]["route"][0, 1] for i in range(3)]
+        assert route_y[0] > route_y[1] > route_y[2]
+        assert not np.array_equal(model.seen[3 * k]["cameras"], model.seen[3 * k + 1]["cameras"])
+
+
+def test_the_offset_fit_reads_how_strongly_futures_and_plans_follow_the_errors():
+    """Futures 0.8 m the other way per metre of lateral error and 20 m per radian of heading error, plans
+    made at half that: the fit reads both, and the plan at half strength."""
+    from benchmarks.plan_turning import STEP_3S, offset_fit
+
+    rng = np.random.default_rng(0)
+    errors = np.column_stack([rng.uniform(-1.5, 1.5, 40), rng.uniform(-0.09, 0.09, 40)])
+    futures, plans = np.zeros((40, 64, 3)), np.zeros((40, 64, 3))
+    futures[:, STEP_3S, 1] = -0.8 * errors[:, 0] - 20.0 * errors[:, 1] + 0.1
+    plans[:, STEP_3S, 1] = 0.5 * futures[:, STEP_3S, 1]
+    fit = offset_fit(errors, futures, plans)
+    assert fit["samples"] == 40
+    assert fit["future"] == {"per_lateral_m": -0.8, "per_heading_rad": -20.0}
+    assert fit["plan"] == {"per_lateral_m": -0.4, "per_heading_rad": -10.0}

@@ -347,6 +347,26 @@ def test_moving_the_car_ahead_back_brings_it_nearer_along_its_lane_and_the_world
     assert w.movable("car") and w.movable("parked") and not w.movable(a.ids[0])
 
 
+def test_shifting_the_ego_moves_it_sideways_and_turns_it_and_refuses_the_road_s_edge_and_another_car(empty_straight):
+    """``shift_ego``: the ego moves along its left normal (negative: right) and turns, keeping its speed;
+    its route projection reads the move; off the road or onto another car it says not clear."""
+    ego = empty_straight.ego
+    length = 300.0  # the oncoming lane's arc length runs from the other end
+    beside = {"id": "parked", "lane": "r_b0", "s": length - ego.s, "behaviour": {"type": "static"}}
+    w = World(empty_straight)
+    st = w.state
+    x, y, yaw, speed, lateral = float(st.x[0]), float(st.y[0]), float(st.yaw[0]), float(st.speed[0]), st.lateral
+    assert w.shift_ego(1.0, 0.1)
+    assert (st.x[0], st.y[0]) == pytest.approx((x - np.sin(yaw), y + np.cos(yaw)))
+    assert st.yaw[0] == pytest.approx(yaw + 0.1) and st.speed[0] == speed
+    assert st.lateral == pytest.approx(lateral + 1.0, abs=1e-6)  # a straight route: the move itself
+    assert w.shift_ego(-2.0, -0.1)  # along the turned ego's normal
+    assert st.lateral == pytest.approx(lateral + 1.0 - 2.0 * np.cos(0.1), abs=1e-6) and st.yaw[0] == pytest.approx(yaw)
+    assert not w.shift_ego(-30.0, 0.0)  # far off the road
+    assert World(empty_straight).shift_ego(3.5, 0.0)  # the oncoming lane: on the road
+    assert not World(_with(empty_straight, actors=[beside])).shift_ego(3.5, 0.0)  # onto the car parked there
+
+
 # --- every family runs ----------------------------------------------------------------------------------------
 def _family_samples():
     core = load_bank("core", split="train")

@@ -216,7 +216,7 @@ class EpisodeRecorder:
         )
         self.agent = load_agent(cfg.agent)
         self.labeller = None
-        if cfg.target == "expert" or cfg.closer_lead:
+        if cfg.target == "expert" or cfg.closer_lead or cfg.offset_ego:
             from training.data.dagger import ExpertLabeller
 
             self.labeller = ExpertLabeller(cfg.bank, cfg.split, cfg.decision_every, run_out=cfg.run_out)
@@ -298,8 +298,8 @@ def _rollout(
 ) -> tuple[list[dict[str, Any]], CollectStats]:
     """One episode's samples and its counts. With ``target = "expert"`` (DAgger) the targets are the
     labeller's: the expert's futures from the agent's states, and an episode the agent crashed is kept:
-    its states are the ones the data lacks. A closer lead's sample (``closer_lead``) is labelled so in
-    any collection."""
+    its states are the ones the data lacks. A branch's sample (``closer_lead``, ``offset_ego``) is labelled
+    so in any collection."""
     options: dict[str, Any] = {"scenario": sid}
     if perturbed:
         rng = np.random.default_rng(1000 + index)
@@ -310,7 +310,8 @@ def _rollout(
     obs, _ = env.reset(seed=seed, options=options)
     world = env.world
     agent.reset({"scenario": env.scenario, "world": world, "seed": seed, "decision_s": env.decision_s})
-    closer_draws = np.random.default_rng(2000 + index)  # the closer leads' draws: per episode, any worker count
+    closer_draws = np.random.default_rng(2000 + index)  # the branches' draws: per episode, any worker count
+    offset_draws = np.random.default_rng(3000 + index)
     dagger = cfg.target == "expert"
     decisions, done, info, n_decisions = [], False, {}, 0
     while not done:
@@ -327,13 +328,13 @@ def _rollout(
                 "reasoning": out.reasoning or "",
                 "plan": np.asarray(out.trajectory, np.float32),
                 "perturbed": perturbed,
-                "closer": False,
+                "branch": None,
             }
         )
         if labelled or not dagger:  # in DAgger's data only beside a labelled decision
             closer = _closer_lead(env, facts, scene_facts, labeller, seed, closer_draws, cfg.closer_lead)
-            if closer is not None:
-                decisions.append(closer)
+            offset = _offset_ego(env, scene_facts, labeller, seed, offset_draws, cfg)
+            decisions += [branch for branch in (closer, offset) if branch is not None]
         obs, _, terminated, truncated, info = env.step(out.trajectory)
         done = terminated or truncated
     m = info["metrics"]
@@ -347,7 +348,9 @@ def _rollout(
         track = track + env.run_out(lambda o: agent.act(o).trajectory, HORIZON)
     samples = []
     for d in decisions:
-        if dagger or d["closer"]:
+        if d["branch"] is not None:
+            stats.branches[d["branch"]] += 1
+        if dagger or d["branch"] is not None:
             if d["label"] is None:  # not a labelled decision (label_every)
                 continue
             if d["label"].failed:
@@ -422,18 +425,50 @@ def _closer_lead(
     take, gap = draws.random() < share, draws.uniform(CLOSER_LEAD_MIN_GAP_M, farthest)  # both drawn: one stream
     if not take or not env.world.movable(lead["id"]):
         return None
+    return _branch(
+        env, lambda: env.move_actor(lead["id"], gap - lead["gap"]), "closer_lead", scene_facts, labeller, seed
+    )
+
+
+def _offset_ego(
+    env, scene_facts, labeller, seed: int, draws: np.random.Generator, cfg: CollectSettings
+) -> dict[str, Any] | None:
+    """With probability ``cfg.offset_ego``, a branch of this decision with the ego moved sideways and
+    turned (drawn uniformly within ``offset_ego_lateral_m`` and ``offset_ego_heading_deg`` either way, its
+    history carried along): the decision's record there with the expert's label from there, its way back
+    to the lane (no plan: the driver did not drive there). As in DART, these are the states a policy's
+    small errors lead to, on both sides of the lane and anywhere on the route, with the way back; the
+    expert's data holds few (stop 82: a route more than 1 m to the right was an overtake in 362 of 363
+    samples, where the expert stays out). The env is back at the decision afterwards. None where the draw
+    says no or the moved ego would be off the road or touching another."""
+    if not cfg.offset_ego:
+        return None
+    take = draws.random() < cfg.offset_ego
+    lateral = draws.uniform(-1, 1) * cfg.offset_ego_lateral_m  # all three drawn: one stream
+    heading = np.radians(draws.uniform(-1, 1) * cfg.offset_ego_heading_deg)
+    if not take:
+        return None
+    return _branch(env, lambda: env.shift_ego(lateral, heading), "offset_ego", scene_facts, labeller, seed)
+
+
+def _branch(env, move, kind: str, scene_facts, labeller, seed: int) -> dict[str, Any] | None:
+    """The decision's record in a branch: ``move()`` changes the world and returns the observation there
+    (None: it could not), the expert labels it from there (no plan: the driver did not drive there), and the
+    env is back at the decision afterwards, so the episode goes on unchanged."""
     decision = env.snapshot()
-    obs = env.move_actor(lead["id"], gap - lead["gap"])
-    record = {
-        "label": labeller.label(env.snapshot(), seed),
-        "k": len(env.ego_track) - 1,
-        "obs": obs,
-        "facts": scene_facts(env.world),
-        "reasoning": "",
-        "plan": np.full((HORIZON, 3), np.nan, np.float32),
-        "perturbed": True,
-        "closer": True,
-    }
+    obs = move()
+    record = None
+    if obs is not None:
+        record = {
+            "label": labeller.label(env.snapshot(), seed),
+            "k": len(env.ego_track) - 1,
+            "obs": obs,
+            "facts": scene_facts(env.world),
+            "reasoning": "",
+            "plan": np.full((HORIZON, 3), np.nan, np.float32),
+            "perturbed": True,
+            "branch": kind,
+        }
     env.restore(decision)
     return record
 
@@ -442,14 +477,15 @@ def _closer_lead(
 class CollectStats:
     """What a collect counted: episodes (and those dropped as not demonstrations), samples without a
     full future and those whose future was driven on past the episode's end (``run_out``), DAgger labels
-    where the expert failed, families, meta-actions, causes, commands, and
-    the consistency filter's verdicts."""
+    where the expert failed, the branches recorded (``closer_lead``, ``offset_ego``; before the filter),
+    families, meta-actions, causes, commands, and the consistency filter's verdicts."""
 
     episodes: int = 0
     dropped_episodes: int = 0
     short_future: int = 0
     run_out: int = 0
     expert_failed: int = 0
+    branches: Counter = field(default_factory=Counter)
     families: Counter = field(default_factory=Counter)
     meta_actions: Counter = field(default_factory=Counter)
     causes: Counter = field(default_factory=Counter)
@@ -469,7 +505,7 @@ class CollectStats:
         }
         out = cls(**counts, kept=d.get("filter", {}).get("kept", 0))
         out.rejected.update(d.get("filter", {}).get("rejected_by_reason", {}))
-        for k in ("families", "meta_actions", "causes"):
+        for k in ("branches", "families", "meta_actions", "causes"):
             getattr(out, k).update(d.get(k, {}))
         out.commands.update({int(c): n for c, n in d.get("commands", {}).items()})
         return out
@@ -481,6 +517,7 @@ class CollectStats:
             "short_future": self.short_future,
             "run_out": self.run_out,
             "expert_failed": self.expert_failed,
+            "branches": dict(self.branches),
             "families": dict(self.families),
             "meta_actions": dict(self.meta_actions),
             "causes": dict(self.causes),

@@ -51,6 +51,17 @@ class CollectSettings(BaseModel):
         "20 m), the cameras rendered there and the expert's driven future from there as its target: the near cars "
         "at speed that the expert's data lacks",
     )
+    offset_ego: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="the share of decisions (with target expert: of labelled ones) at which a second sample is "
+        "recorded with the ego moved sideways and turned (up to offset_ego_lateral_m and offset_ego_heading_deg, "
+        "its history carried along), the cameras rendered there and the expert's driven future from there as its "
+        "target: recovery to the lane's centre on either side, anywhere on the route, which the expert's data lacks",
+    )
+    offset_ego_lateral_m: float = Field(1.5, ge=0, description="largest sideways move of an offset_ego branch")
+    offset_ego_heading_deg: float = Field(5.0, ge=0, description="largest turn of an offset_ego branch")
     perturb_lateral_m: float = Field(1.0, ge=0, description="largest lateral offset of a perturbed start")
     perturb_heading_deg: float = Field(8.0, ge=0, description="largest heading offset of a perturbed start")
     chunk: int = Field(64, ge=1, description="samples per zarr chunk")
@@ -68,11 +79,13 @@ class CollectSettings(BaseModel):
         return None if v == "all" else v
 
     @model_validator(mode="after")
-    def _closer_lead_is_labelled(self) -> CollectSettings:
-        """A closer lead's state is one no driver reached: its target is the expert's driven future from
-        there (no agent's plan), and only one frame can show the car where it was moved."""
-        if self.closer_lead and self.target == "plan":
-            raise ValueError(f"closer_lead = {self.closer_lead}: target = 'plan' has no plan where the car was moved")
-        if self.closer_lead and self.n_frames > 1:
-            raise ValueError(f"closer_lead = {self.closer_lead} needs n_frames = 1: older frames show the car unmoved")
+    def _branches_are_labelled(self) -> CollectSettings:
+        """A branch's state (a closer lead, an offset ego) is one no driver reached: its target is the
+        expert's driven future from there (no agent's plan), and only one frame can show the world moved."""
+        for name in ("closer_lead", "offset_ego"):
+            share = getattr(self, name)
+            if share and self.target == "plan":
+                raise ValueError(f"{name} = {share}: target = 'plan' has no plan where the world was moved")
+            if share and self.n_frames > 1:
+                raise ValueError(f"{name} = {share} needs n_frames = 1: older frames show the world unmoved")
         return self

@@ -171,19 +171,74 @@ def test_a_closer_lead_is_the_car_ahead_moved_back_rendered_and_labelled_there_a
     assert not np.array_equal(closer.arrays["cameras"][first], closer.arrays["cameras"][first - 1])  # the car nearer
 
 
+def test_an_offset_ego_is_the_ego_moved_sideways_and_turned_rendered_and_labelled_there_and_the_episode_goes_on(
+    tmp_path,
+):
+    """``offset_ego``: beside a decision, a sample with the ego moved sideways and turned (drawn within the
+    bounds), its history carried along, the cameras rendered there and the expert's driven future from
+    there as its target, bit for bit as by hand; the driver's own samples are those of a collection
+    without it, and the card counts the branches."""
+    from training.data.record import HORIZON
+
+    base = dict(agent="expert", scenarios=["curve-000"], perturb_fraction=0.0)
+    collect(collect_settings(**base), tmp_path / "plain.zarr", progress=False)
+    card = collect(collect_settings(**base, offset_ego=0.3), tmp_path / "offset.zarr", progress=False)
+    plain, offset = DrivingDataset(tmp_path / "plain.zarr"), DrivingDataset(tmp_path / "offset.zarr")
+    moved = offset.arrays["perturbed"][:]
+    assert 0 < moved.sum() <= card["labels"]["branches"]["offset_ego"] and (~moved).sum() == len(plain)
+    for name in plain.arrays:  # the driver's own samples: unchanged
+        np.testing.assert_array_equal(plain.arrays[name][:], offset.arrays[name][:][~moved], err_msg=name)
+    assert np.isnan(offset.arrays["plan"][:][moved]).all()
+    own = {float(t): i for i, t in enumerate(offset.arrays["t"][:]) if not moved[i]}
+    for i in np.flatnonzero(moved):  # the same motion in the ego's own frame, the route moved beside it
+        j = own[float(offset.arrays["t"][i])]
+        np.testing.assert_allclose(offset.arrays["ego_history"][i], offset.arrays["ego_history"][j], atol=1e-4)
+        shift = np.linalg.norm(offset.arrays["route"][i][0] - offset.arrays["route"][j][0])
+        assert 0.0 < shift <= 1.5 + 0.1 + 2.0 * np.radians(5.0) * np.linalg.norm(offset.arrays["route"][j][0])
+
+    # the first offset by hand: the expert drives, the same draws, the ego moved, rendered, labelled
+    env = LoopDriveEnv(bank="smoke", n_frames=1, camera_size=(128, 256), observations=OBSERVED)
+    obs, _ = env.reset(seed=0, options={"scenario": "curve-000"})
+    expert, labeller = load_agent("expert"), ExpertLabeller("smoke", None, env.decision_every)
+    expert.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    draws = np.random.default_rng(3000)
+    while True:
+        plan = expert.act(obs).trajectory
+        take, lateral, heading = draws.random() < 0.3, draws.uniform(-1, 1) * 1.5, draws.uniform(-1, 1) * 5.0
+        if take:
+            break
+        obs, *_ = env.step(plan)
+    by_hand = env.shift_ego(lateral, np.radians(heading))
+    first = int(np.flatnonzero(moved)[0])
+    np.testing.assert_array_equal(offset.arrays["cameras"][first], resize_frames(by_hand["cameras"], (56, 112)))
+    np.testing.assert_array_equal(offset.arrays["route"][first], by_hand["route"])
+    label = labeller.label(env.snapshot())
+    np.testing.assert_array_equal(offset.arrays["target"][first], label.target)
+    assert label.target.shape == (HORIZON, 3)
+    assert offset.arrays["t"][first - 1] == offset.arrays["t"][first]  # the driver's own sample there, before it
+
+
 def test_a_closer_lead_needs_a_driven_target_and_one_frame():
     with pytest.raises(ValueError, match=r"closer_lead = 0.5: target = 'plan' has no plan"):
         collect_settings(target="plan", closer_lead=0.5)
     with pytest.raises(ValueError, match=r"closer_lead .* needs n_frames = 1"):
         collect_settings(target="expert", closer_lead=0.5, n_frames=2)
+    with pytest.raises(ValueError, match=r"offset_ego = 0.5: target = 'plan' has no plan"):
+        collect_settings(target="plan", offset_ego=0.5)
+    with pytest.raises(ValueError, match=r"offset_ego .* needs n_frames = 1"):
+        collect_settings(target="expert", offset_ego=0.5, n_frames=2)
     env = LoopDriveEnv(bank="smoke", n_frames=2, camera_size=(32, 64), observations=OBSERVED)
     env.reset(seed=0, options={"scenario": "lead_brake-000"})
     with pytest.raises(ValueError, match="n_frames = 2; the older frames would show the actor unmoved"):
         env.move_actor("lead", -5.0)
+    with pytest.raises(ValueError, match="n_frames = 2; the older frames would show the ego unmoved"):
+        env.shift_ego(1.0, 0.0)
     from training.recipes import RecipeError, load_recipe
 
     with pytest.raises(RecipeError, match=r"dagger.closer_lead needs data.n_frames = 1 \(it is 4\)"):
         load_recipe(None, ["dagger.rounds=1", "dagger.closer_lead=0.5", "data.n_frames=4"])
+    with pytest.raises(RecipeError, match=r"dagger.offset_ego needs data.n_frames = 1 \(it is 4\)"):
+        load_recipe(None, ["dagger.rounds=1", "dagger.offset_ego=0.5", "data.n_frames=4"])
     assert load_recipe(None, ["dagger.rounds=1", "dagger.closer_lead=0.5", "data.n_frames=1"]).dagger.closer_lead == 0.5
 
 
