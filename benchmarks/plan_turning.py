@@ -164,7 +164,8 @@ def rendered_offset_response(model, card: dict, per_family: int) -> dict:
     )
     expert, labeller = load_agent("expert"), ExpertLabeller(source["bank"], source["split"], card["decision_every"])
     bank = load_bank(source["bank"], split=source["split"])
-    ids = [s.id for f in STRAIGHT_FAMILIES for s in [s for s in bank.scenarios if s.family == f][:per_family]]
+    by_family = {f: [s.id for s in bank.scenarios if s.family == f] for f in STRAIGHT_FAMILIES}
+    ids = [sid for family_ids in by_family.values() for sid in family_ids[:per_family]]
     offsets = (-OFFSET_M, 0.0, OFFSET_M)
     plans, futures = {m: [] for m in offsets}, {m: [] for m in offsets}
     for sid in ids:
