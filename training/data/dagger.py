@@ -54,6 +54,16 @@ class ExpertLabeller:
         self.expert = load_agent(expert)
         self.run_out = run_out
 
+    def plans_as(self, snapshot: dict[str, Any], plan: np.ndarray, seed: int = 0) -> bool:
+        """Whether a fresh expert at ``snapshot`` plans ``plan`` (within 1 cm at every pose): then its label
+        from a branch of that state continues the demonstration. A fresh expert knows nothing of a
+        manoeuvre under way (an overtake half done, a stop already made): it decides anew, and a branch
+        labelled there teaches another decision than the driver's."""
+        obs, _ = self.env.restore(snapshot)
+        self.expert.reset({"scenario": self.env.scenario, "world": self.env.world, "seed": seed})
+        own = np.asarray(self.expert.act(obs).trajectory)[:, :2]
+        return bool(np.abs(own - np.asarray(plan)[:, :2]).max() <= 0.01)
+
     def label(self, snapshot: dict[str, Any], seed: int = 0) -> ExpertLabel:
         """Restore ``snapshot`` (from any env of this bank), let a fresh expert drive 6.4 s, return it."""
         env = self.env

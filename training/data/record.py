@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -313,6 +313,7 @@ def _rollout(
     closer_draws = np.random.default_rng(2000 + index)  # the branches' draws: per episode, any worker count
     offset_draws = np.random.default_rng(3000 + index)
     dagger = cfg.target == "expert"
+    declined: Counter = Counter()  # branches drawn where the labeller's expert would not drive on as the driver
     decisions, done, info, n_decisions = [], False, {}, 0
     while not done:
         out = agent.act(obs)
@@ -332,14 +333,17 @@ def _rollout(
             }
         )
         if labelled or not dagger:  # in DAgger's data only beside a labelled decision
-            closer = _closer_lead(env, facts, scene_facts, labeller, seed, closer_draws, cfg.closer_lead)
-            offset = _offset_ego(env, scene_facts, labeller, seed, offset_draws, cfg)
+            # (a demonstration's branch needs the expert to drive on from here as its driver does; DAgger's
+            # own label here is the expert's already)
+            branching = _Branching(env, scene_facts, labeller, seed, None if dagger else out.trajectory, declined)
+            closer = _closer_lead(branching, facts, closer_draws, cfg.closer_lead)
+            offset = _offset_ego(branching, offset_draws, cfg)
             decisions += [branch for branch in (closer, offset) if branch is not None]
         obs, _, terminated, truncated, info = env.step(out.trajectory)
         done = terminated or truncated
     m = info["metrics"]
     bad = m["at_fault_collisions"] > 0 or m["events"].get("offroad", 0) > 0
-    stats = CollectStats(episodes=1, families=Counter([env.scenario.family]))
+    stats = CollectStats(episodes=1, families=Counter([env.scenario.family]), branches_declined=declined)
     if bad and not dagger:
         stats.dropped_episodes += 1
         return [], stats
@@ -410,37 +414,30 @@ CLOSER_LEAD_MIN_GAP_M = 2.0  # the nearest a closer lead is put (bumper to bumpe
 CLOSER_LEAD_MAX_GAP_M = 20.0
 
 
-def _closer_lead(
-    env, facts, scene_facts, labeller, seed: int, draws: np.random.Generator, share: float
-) -> dict[str, Any] | None:
+def _closer_lead(branch: _Branching, facts, draws: np.random.Generator, share: float) -> dict[str, Any] | None:
     """With probability ``share`` where a car is ahead, a branch of this decision with that car moved back
     along its lane to a gap drawn uniformly between ``CLOSER_LEAD_MIN_GAP_M`` and its own (at most
-    ``CLOSER_LEAD_MAX_GAP_M``): the decision's record there with the expert's label from there (no plan: the
-    driver did not drive there). The env is back at the decision afterwards, so the episode goes on
-    unchanged. None where no car is ahead, the draw says no, or the world cannot move that car."""
+    ``CLOSER_LEAD_MAX_GAP_M``): the decision's record there with the expert's label from there. None where no
+    car is ahead, the draw says no, or the world cannot move that car."""
     lead = facts.lead_vehicle
     if not share or lead is None or lead["gap"] <= CLOSER_LEAD_MIN_GAP_M:
         return None
     farthest = min(lead["gap"], CLOSER_LEAD_MAX_GAP_M)
     take, gap = draws.random() < share, draws.uniform(CLOSER_LEAD_MIN_GAP_M, farthest)  # both drawn: one stream
+    env = branch.env
     if not take or not env.world.movable(lead["id"]):
         return None
-    return _branch(
-        env, lambda: env.move_actor(lead["id"], gap - lead["gap"]), "closer_lead", scene_facts, labeller, seed
-    )
+    return branch.take(lambda: env.move_actor(lead["id"], gap - lead["gap"]), "closer_lead")
 
 
-def _offset_ego(
-    env, scene_facts, labeller, seed: int, draws: np.random.Generator, cfg: CollectSettings
-) -> dict[str, Any] | None:
+def _offset_ego(branch: _Branching, draws: np.random.Generator, cfg: CollectSettings) -> dict[str, Any] | None:
     """With probability ``cfg.offset_ego``, a branch of this decision with the ego moved sideways and
     turned (drawn uniformly within ``offset_ego_lateral_m`` and ``offset_ego_heading_deg`` either way, its
     history carried along): the decision's record there with the expert's label from there, its way back
-    to the lane (no plan: the driver did not drive there). As in DART, these are the states a policy's
-    small errors lead to, on both sides of the lane and anywhere on the route, with the way back; the
-    expert's data holds few (stop 82: a route more than 1 m to the right was an overtake in 362 of 363
-    samples, where the expert stays out). The env is back at the decision afterwards. None where the draw
-    says no or the moved ego would be off the road or touching another."""
+    to the lane. As in DART, these are the states a policy's small errors lead to, on both sides of the lane
+    and anywhere on the route, with the way back; the expert's data holds few (stop 82: a route more than
+    1 m to the right was an overtake in 362 of 363 samples, where the expert stays out). None where the
+    draw says no or the moved ego would be off the road or touching another."""
     if not cfg.offset_ego:
         return None
     take = draws.random() < cfg.offset_ego
@@ -448,36 +445,58 @@ def _offset_ego(
     heading = np.radians(draws.uniform(-1, 1) * cfg.offset_ego_heading_deg)
     if not take:
         return None
-    return _branch(env, lambda: env.shift_ego(lateral, heading), "offset_ego", scene_facts, labeller, seed)
+    return branch.take(lambda: branch.env.shift_ego(lateral, heading), "offset_ego")
 
 
-def _branch(env, move, kind: str, scene_facts, labeller, seed: int) -> dict[str, Any] | None:
-    """The decision's record in a branch: ``move()`` changes the world and returns the observation there
-    (None: it could not), the expert labels it from there (no plan: the driver did not drive there), and the
-    env is back at the decision afterwards, so the episode goes on unchanged."""
-    decision = env.snapshot()
-    obs = move()
-    record = None
-    if obs is not None:
-        record = {
-            "label": labeller.label(env.snapshot(), seed),
-            "k": len(env.ego_track) - 1,
-            "obs": obs,
-            "facts": scene_facts(env.world),
-            "reasoning": "",
-            "plan": np.full((HORIZON, 3), np.nan, np.float32),
-            "perturbed": True,
-            "branch": kind,
-        }
-    env.restore(decision)
-    return record
+@dataclass
+class _Branching:
+    """What a branch of one decision needs: the env at the decision, the expert that labels it, and the
+    driver's plan there (None in DAgger's data, where the decision's own label is the expert's)."""
+
+    env: Any
+    scene_facts: Callable
+    labeller: Any
+    seed: int
+    driven: np.ndarray | None
+    declined: Counter
+
+    def take(self, move: Callable[[], dict[str, Any] | None], kind: str) -> dict[str, Any] | None:
+        """The decision's record in a branch: ``move()`` changes the world and returns the observation there
+        (None: it could not), the expert labels it from there (no plan: the driver did not drive there), and
+        the env is back at the decision afterwards, so the episode goes on unchanged.
+
+        In a demonstration the branch is declined (counted in ``declined``) where a fresh expert at the
+        decision would not plan as the driver did: it knows nothing of a manoeuvre under way, and from an
+        overtake half done it turns back in; its label there would teach another decision than the one
+        the data shows (stop 84: so in 25% of the expert's decisions in ``overtake``, 13% in ``lead_brake``)."""
+        env = self.env
+        decision = env.snapshot()
+        if self.driven is not None and not self.labeller.plans_as(decision, self.driven, self.seed):
+            self.declined[kind] += 1
+            return None
+        obs = move()
+        record = None
+        if obs is not None:
+            record = {
+                "label": self.labeller.label(env.snapshot(), self.seed),
+                "k": len(env.ego_track) - 1,
+                "obs": obs,
+                "facts": self.scene_facts(env.world),
+                "reasoning": "",
+                "plan": np.full((HORIZON, 3), np.nan, np.float32),
+                "perturbed": True,
+                "branch": kind,
+            }
+        env.restore(decision)
+        return record
 
 
 @dataclass
 class CollectStats:
     """What a collect counted: episodes (and those dropped as not demonstrations), samples without a
     full future and those whose future was driven on past the episode's end (``run_out``), DAgger labels
-    where the expert failed, the branches recorded (``closer_lead``, ``offset_ego``; before the filter),
+    where the expert failed, the branches recorded (``closer_lead``, ``offset_ego``; before the filter) and
+    those declined where the expert would not drive on as the driver,
     families, meta-actions, causes, commands, and the consistency filter's verdicts."""
 
     episodes: int = 0
@@ -486,6 +505,7 @@ class CollectStats:
     run_out: int = 0
     expert_failed: int = 0
     branches: Counter = field(default_factory=Counter)
+    branches_declined: Counter = field(default_factory=Counter)
     families: Counter = field(default_factory=Counter)
     meta_actions: Counter = field(default_factory=Counter)
     causes: Counter = field(default_factory=Counter)
@@ -505,7 +525,7 @@ class CollectStats:
         }
         out = cls(**counts, kept=d.get("filter", {}).get("kept", 0))
         out.rejected.update(d.get("filter", {}).get("rejected_by_reason", {}))
-        for k in ("branches", "families", "meta_actions", "causes"):
+        for k in ("branches", "branches_declined", "families", "meta_actions", "causes"):
             getattr(out, k).update(d.get(k, {}))
         out.commands.update({int(c): n for c, n in d.get("commands", {}).items()})
         return out
@@ -518,6 +538,7 @@ class CollectStats:
             "run_out": self.run_out,
             "expert_failed": self.expert_failed,
             "branches": dict(self.branches),
+            "branches_declined": dict(self.branches_declined),
             "families": dict(self.families),
             "meta_actions": dict(self.meta_actions),
             "causes": dict(self.causes),

@@ -58,7 +58,9 @@ class CollectSettings(BaseModel):
         description="the share of decisions (with target expert: of labelled ones) at which a second sample is "
         "recorded with the ego moved sideways and turned (up to offset_ego_lateral_m and offset_ego_heading_deg, "
         "its history carried along), the cameras rendered there and the expert's driven future from there as its "
-        "target: recovery to the lane's centre on either side, anywhere on the route, which the expert's data lacks",
+        "target: recovery to the lane's centre on either side, anywhere on the route, which the expert's data lacks. "
+        "A branch of either kind is declined where a fresh expert would not plan as the driver did (an overtake half "
+        "done): its label there would teach another decision",
     )
     offset_ego_lateral_m: float = Field(1.5, ge=0, description="largest sideways move of an offset_ego branch")
     offset_ego_heading_deg: float = Field(5.0, ge=0, description="largest turn of an offset_ego branch")

@@ -218,6 +218,34 @@ def test_an_offset_ego_is_the_ego_moved_sideways_and_turned_rendered_and_labelle
     assert offset.arrays["t"][first - 1] == offset.arrays["t"][first]  # the driver's own sample there, before it
 
 
+def test_a_branch_is_declined_where_a_fresh_expert_would_not_drive_on_as_the_driver(tmp_path):
+    """Half-way through an overtake a fresh expert, knowing nothing of it, plans otherwise than the driver:
+    its label from a branch there would teach another decision than the demonstration's. The collection
+    declines those branches, counts them, and takes the others."""
+    env = LoopDriveEnv(bank="smoke", n_frames=1, observations=("ego_state",))
+    obs, _ = env.reset(seed=0, options={"scenario": "overtake-000"})
+    driver, labeller = load_agent("expert"), ExpertLabeller("smoke", None, env.decision_every)
+    driver.reset({"scenario": env.scenario, "world": env.world, "seed": 0})
+    agrees, done = {}, False
+    while not done:
+        plan = driver.act(obs).trajectory
+        t = round((len(env.ego_track) - 1) * 0.1, 3)
+        agrees[t] = labeller.plans_as(env.snapshot(), plan)
+        if not agrees[t]:  # out in the other lane, the overtake under way
+            assert driver.maneuver == "overtake_left" and env.world.state.lateral > 1.5
+        obs, _, terminated, truncated, _ = env.step(plan)
+        done = terminated or truncated
+    half_way = {t for t, agreed in agrees.items() if not agreed}
+    assert 0 < len(half_way) < len(agrees) / 2
+
+    settings = collect_settings(agent="expert", scenarios=["overtake-000"], perturb_fraction=0.0, offset_ego=1.0)
+    card = collect(settings, tmp_path / "offset.zarr", progress=False)
+    assert card["labels"]["branches_declined"] == {"offset_ego": len(half_way)}
+    data = DrivingDataset(tmp_path / "offset.zarr")
+    branched = {round(float(t), 3) for t in data.arrays["t"][:][data.arrays["perturbed"][:]]}
+    assert branched and not branched & half_way
+
+
 def test_a_closer_lead_needs_a_driven_target_and_one_frame():
     with pytest.raises(ValueError, match=r"closer_lead = 0.5: target = 'plan' has no plan"):
         collect_settings(target="plan", closer_lead=0.5)
