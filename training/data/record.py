@@ -459,6 +459,14 @@ class _Branching:
     seed: int
     driven: np.ndarray | None
     declined: Counter
+    _continues: bool | None = field(default=None, init=False)  # plans_as's verdict, once per decision
+
+    def _expert_continues(self, decision: dict[str, Any]) -> bool:
+        """Whether the labeller's expert at the decision plans as the driver did (always, in DAgger's data);
+        asked once, however many branches the decision has."""
+        if self._continues is None:
+            self._continues = self.driven is None or self.labeller.plans_as(decision, self.driven, self.seed)
+        return self._continues
 
     def take(self, move: Callable[[], dict[str, Any] | None], kind: str) -> dict[str, Any] | None:
         """The decision's record in a branch: ``move()`` changes the world and returns the observation there
@@ -471,7 +479,7 @@ class _Branching:
         the data shows (stop 84: so in 25% of the expert's decisions in ``overtake``, 13% in ``lead_brake``)."""
         env = self.env
         decision = env.snapshot()
-        if self.driven is not None and not self.labeller.plans_as(decision, self.driven, self.seed):
+        if not self._expert_continues(decision):
             self.declined[kind] += 1
             return None
         obs = move()
