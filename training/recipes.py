@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from agents.vla.config import VLAConfig
+from agents.vla.manoeuvre import ManoeuvreFrame
 from evaluation.config import read_toml
 from rewards.meta_actions import LATERAL, LONGITUDINAL
 from training.data.settings import CollectSettings
@@ -128,6 +129,11 @@ class TrainSection(_Section):
     # (training.data.labels.manoeuvre_under_way: "change now"); None: any lane change within the 6.4 s, or as
     # the init_from checkpoint was trained (saved in its config, which RL's demonstrations read too)
     manoeuvre_by_s: float | None = Field(None, gt=0, le=6.4)
+    # what a lane change class names (training.data.labels.manoeuvre_classes): "ego", its start (half-way through
+    # it the car heads into the new lane and the class reads keep_lane); "route", the lane the future is in at
+    # manoeuvre_by_s beside the route's, so a lane change is named until the car drives back. None: "ego", or as
+    # the init_from checkpoint was trained. Needs manoeuvre_by_s
+    manoeuvre_frame: ManoeuvreFrame | None = None
     # the weights that move: "vlm" with flow_weight = 0 is text-only post-training (the action expert frozen)
     parts: Literal["both", "vlm", "expert"] = "both"
     two_stage: bool = False  # stage 1: VLM (text); stage 2: action expert with the VLM frozen

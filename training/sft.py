@@ -33,7 +33,7 @@ from training import dagger
 from training.averaging import WeightAverage
 from training.checkpoints import Checkpointer, latest_checkpoint, load_trained_weights, restore_trainer
 from training.data import DatasetError, DrivingDataset
-from training.data.labels import manoeuvre_under_way
+from training.data.labels import manoeuvre_classes
 from training.loop import learning_rate, perception_loss_weights, prepare_run
 from training.metrics_log import MetricsLogger, progress_bar
 from training.milestones import after_step, finish, last_step_of_this_run
@@ -83,7 +83,8 @@ def manoeuvre_origins(dataset: DrivingDataset, config: VLAConfig) -> list[list[l
     ``route_origin``, its mean residual from the route's own lateral actions (each plan starts from those
     plus the residual)."""
     targets, actions = target_actions(dataset, config.lateral_action)
-    classes = manoeuvre_under_way(dataset.manoeuvres, targets, config.manoeuvre_by_s)
+    routes = dataset.arrays["route"] if config.manoeuvre_frame == "route" else None
+    classes = manoeuvre_classes(dataset.manoeuvres, targets, config.manoeuvre_by_s, config.manoeuvre_frame, routes)
     normalised = action_space.normalise(actions, config.action_mean, config.action_std, config.lateral_action)
     if config.route_origin:
         route = route_prior.route_origin(
@@ -199,6 +200,19 @@ def train_sft(
         if not give_manoeuvres:
             raise ValueError("train.manoeuvre_by_s: no manoeuvre head to train or plan with (set manoeuvre_weight > 0)")
         model.config.manoeuvre_by_s = cfg.manoeuvre_by_s
+    if cfg.manoeuvre_frame is not None:
+        if not give_manoeuvres:
+            raise ValueError(
+                "train.manoeuvre_frame: no manoeuvre head to train or plan with (set manoeuvre_weight > 0)"
+            )
+        if model.config.manoeuvre_by_s is None:
+            raise ValueError("train.manoeuvre_frame: the classes' frame needs their time (set train.manoeuvre_by_s)")
+        if model.config.manoeuvre_origins is not None and model.config.manoeuvre_frame != cfg.manoeuvre_frame:
+            raise ValueError(
+                f"train.manoeuvre_frame = {cfg.manoeuvre_frame}: the init_from checkpoint's plans start from its "
+                f"classes' mean plans as {model.config.manoeuvre_frame!r} reads them; train from scratch"
+            )
+        model.config.manoeuvre_frame = cfg.manoeuvre_frame
     if isinstance(model, VLA) and model.config.manoeuvre_origin and model.config.manoeuvre_origins is None:
         model.config.manoeuvre_origins = manoeuvre_origins(dataset, model.config)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -270,7 +284,9 @@ def train_sft(
             if batch.actions is not None:
                 options["actions"] = torch.from_numpy(batch.actions)
             if give_manoeuvres:
-                options["manoeuvres"] = torch.from_numpy(batch.manoeuvres_under_way(model.config.manoeuvre_by_s))
+                options["manoeuvres"] = torch.from_numpy(
+                    batch.manoeuvre_classes(model.config.manoeuvre_by_s, model.config.manoeuvre_frame)
+                )
             with autocast:
                 losses = model.losses(
                     batch.observations,

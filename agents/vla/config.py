@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agents.base import ObservationSetup
 from agents.vla.action_space import LateralAction
+from agents.vla.manoeuvre import ManoeuvreFrame
 
 PRESETS = {
     # text: hidden, layers, heads, kv heads, intermediate; vision: depth, hidden
@@ -89,6 +90,12 @@ class VLAConfig(BaseModel):
         description="what the manoeuvre classes mean: a lane change counts once its future is under way by this "
         "many seconds (training.data.labels.manoeuvre_under_way); None: within the 6.4 s. Set by SFT's "
         "[train] manoeuvre_by_s, so RL's demonstrations give the plan the classes it was trained on",
+    )
+    manoeuvre_frame: ManoeuvreFrame = Field(
+        "ego",
+        description="what a lane change class names (training.data.labels.manoeuvre_classes): ego, its start "
+        "(half-way through it the class reads keep_lane); route, the lane the future is in at manoeuvre_by_s "
+        "beside the route's, until the car drives back. Set by SFT's [train] manoeuvre_frame",
     )
     # statistics of the training data (None: fixed scales); filled by SFT from its dataset
     action_mean: tuple[float, float] | None = None  # (accel, the lateral action)

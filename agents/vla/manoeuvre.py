@@ -18,6 +18,7 @@ held for a few decisions (:class:`ManoeuvreHold`) the car passes a stopped car (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 from torch import nn
@@ -28,6 +29,10 @@ from torch import nn
 # change to its side (9 of core train's 6,841 samples). Every recorded sample has its meta-actions, so
 # every dataset has these classes.
 MANOEUVRES = ("keep_lane", "change_left", "change_right")
+# What a lane change class names (training.data.labels.manoeuvre_classes): "ego", its start, in the car's own
+# frame; "route", the lane the future is in beside the route's, until the car drives back
+ManoeuvreFrame = Literal["ego", "route"]
+MANOEUVRE_FRAMES: tuple[str, ...] = get_args(ManoeuvreFrame)
 
 
 class ManoeuvreHead(nn.Module):

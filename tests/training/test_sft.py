@@ -278,22 +278,25 @@ def test_the_clearance_loss_trains_the_plan_logs_its_metres_and_resumes_exactly(
 
 
 def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_datas_manoeuvres(
-    dataset, tmp_path, capsys
+    dataset, tmp_path, capsys, monkeypatch
 ):
     """``manoeuvre_weight`` gives the VLA a manoeuvre head, logs its loss, saves it with the checkpoint and
     resumes it exactly; ``manoeuvre_in_state`` widens the state token by the classes and plans them
-    (``manoeuvre_by_s``: the classes of changes under way, saved with the checkpoint, so RL's behaviour-cloning
-    anchor gives the plan the same classes); ``manoeuvre_by_s`` without a head is refused."""
+    (``manoeuvre_by_s`` and ``manoeuvre_frame``: what the classes mean, saved with the checkpoint, so RL's
+    behaviour-cloning anchor gives the plan the same classes); either without a head is refused, and a frame
+    without its time."""
     from safetensors.torch import load_file
 
     from agents.vla import VLA
     from agents.vla.manoeuvre import MANOEUVRES
     from loopdrive.seeding import rng as seeded_rng
+    from training.data.dataset import SampleBatch
     from training.rl.demonstrations import Demonstrations
 
     recipe = sft_recipe(tmp_path, dataset, steps=4, manoeuvre_weight=1.0)
     straight, broken = tmp_path / "straight", tmp_path / "broken"
     in_state = ["--set", "model.manoeuvre_in_state=true", "--set", "train.manoeuvre_by_s=3.0"]
+    in_state += ["--set", "train.manoeuvre_frame=route"]
     assert run_main(["--config", str(recipe), "--run-dir", str(straight), *in_state]) == 0
     assert (
         run_main(["--config", str(recipe), "--run-dir", str(broken), *in_state, "--set", "train.max_steps_this_run=2"])
@@ -314,7 +317,8 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     assert rows == metrics_of(broken) and all(r["loss/manoeuvre"] > 0 for r in rows if "loss/flow" in r)
     assert load_agent(f"vla:{final}?reasoning=0&noise=0").model.manoeuvre_head is not None
     assert json.loads((straight / "config.json").read_text())["train"]["manoeuvre_by_s"] == 3.0
-    assert saved["vla"]["manoeuvre_by_s"] == 3.0  # what its classes mean travels with it, to RL's anchor:
+    assert saved["vla"]["manoeuvre_by_s"] == 3.0 and saved["vla"]["manoeuvre_frame"] == "route"
+    # what its classes mean travels with it, to RL's anchor:
     policy, given = VLA.from_pretrained(final), []
     plain_losses = policy.losses
     policy.losses = lambda *a, **k: given.append(k["manoeuvres"]) or plain_losses(*a, **k)
@@ -322,10 +326,20 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     assert torch.isfinite(demos.loss(policy, step=0))
     rng = seeded_rng("demonstrations", 0, 0)  # the anchor's batch of step 0
     idx = np.sort(rng.choice(len(demos.data), size=4, replace=False))
-    np.testing.assert_array_equal(given[0].numpy(), demos.data.batch(idx).manoeuvres_under_way(3.0))
+    np.testing.assert_array_equal(given[0].numpy(), demos.data.batch(idx).manoeuvre_classes(3.0, "route"))
+    asked = []  # (this data's classes read the same in both frames: the meaning asked for is what is checked)
+    plain_classes = SampleBatch.manoeuvre_classes
+    monkeypatch.setattr(SampleBatch, "manoeuvre_classes", lambda b, *a: asked.append(a) or plain_classes(b, *a))
+    demos.loss(policy, step=1)
+    assert asked == [(3.0, "route")]
     no_head = ["--config", str(recipe), "--run-dir", str(tmp_path / "no_head"), "--set", "train.manoeuvre_weight=0"]
     assert run_main([*no_head, "--set", "train.manoeuvre_by_s=3.0"]) == 2
     assert "train.manoeuvre_by_s: no manoeuvre head" in capsys.readouterr().err
+    assert run_main([*no_head, "--set", "train.manoeuvre_frame=route"]) == 2
+    assert "train.manoeuvre_frame: no manoeuvre head" in capsys.readouterr().err
+    no_time = ["--config", str(recipe), "--run-dir", str(tmp_path / "no_time"), "--set", "train.manoeuvre_frame=route"]
+    assert run_main(no_time) == 2
+    assert "train.manoeuvre_frame: the classes' frame needs their time" in capsys.readouterr().err
 
 
 def test_manoeuvre_origins_are_each_classs_mean_plan_and_data_without_a_class_is_refused(dataset, tmp_path, capsys):

@@ -14,7 +14,8 @@ import torch
 import zarr
 
 from agents.vla import action_space
-from training.data.labels import manoeuvre_class, manoeuvre_under_way
+from agents.vla.manoeuvre import ManoeuvreFrame
+from training.data.labels import manoeuvre_class, manoeuvre_classes
 
 # 3: the cameras show cars' brake lights (2: the target's yaw is the direction of motion)
 FORMAT = "loopdrive-driving-data/3"
@@ -83,9 +84,11 @@ class SampleBatch(NamedTuple):
             None if any(a is None for a in actions) else np.concatenate(actions),
         )
 
-    def manoeuvres_under_way(self, by_s: float | None) -> np.ndarray:
-        """The manoeuvre classes as a head trained with ``manoeuvre_by_s = by_s`` knows them (None: as recorded)."""
-        return manoeuvre_under_way(self.manoeuvres, self.targets, by_s)
+    def manoeuvre_classes(self, by_s: float | None, frame: ManoeuvreFrame = "ego") -> np.ndarray:
+        """The manoeuvre classes as a head trained with ``manoeuvre_by_s = by_s`` and ``manoeuvre_frame = frame``
+        knows them (``training.data.labels.manoeuvre_classes``)."""
+        routes = np.stack([o["route"] for o in self.observations]) if frame == "route" else None
+        return manoeuvre_classes(self.manoeuvres, self.targets, by_s, frame, routes)
 
 
 def card_path(dataset: str | Path) -> Path:

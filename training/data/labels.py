@@ -17,9 +17,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from agents.vla.manoeuvre import MANOEUVRES
+from agents.vla.manoeuvre import MANOEUVRE_FRAMES, MANOEUVRES, ManoeuvreFrame
 from rewards.critics import RulesCritic
 from rewards.meta_actions import DEFAULT_THRESHOLDS, detect_plan, dominant
+from scenarios import geometry
+from scenarios.roads import LANE_WIDTH
 
 # causes in priority order, each with a sentence opening
 CAUSE_TEXT = (
@@ -179,3 +181,50 @@ def manoeuvre_under_way(
     side = np.where(manoeuvres == MANOEUVRES.index("change_left"), 1.0, -1.0)
     moved = side * targets[:, step, 1] >= offset
     return np.where(moved, manoeuvres, MANOEUVRES.index("keep_lane"))
+
+
+ROUTE_TAIL_M = 10.0  # the route polyline is extended this far behind its first point (it starts 2 m ahead)
+
+
+def manoeuvre_classes(
+    manoeuvres: np.ndarray,
+    targets: np.ndarray,
+    by_s: float | None,
+    frame: ManoeuvreFrame = "ego",
+    routes: np.ndarray | None = None,
+) -> np.ndarray:
+    """The manoeuvre classes as a head trained with ``manoeuvre_by_s = by_s`` and ``manoeuvre_frame = frame``
+    knows them. ``ego``: :func:`manoeuvre_under_way`, the start of a lane change. Half-way through one the car
+    already heads into the new lane, so its future moves no further to that side of its own heading, and the
+    class reads ``keep_lane``. ``route``: the lane the future is in at ``by_s``, beside the route's lane (more
+    than half a lane width out, :func:`route_laterals`) or, still in the route's lane, leaving it (the ego
+    class's start, where the future ends further from the route's centre than the car is now); a lane change
+    is named until the car drives back, and the way back from an offset is ``keep_lane``. ``route`` needs the
+    ``routes`` ``[B, P, 2]`` (ego frame, as the observations give them)."""
+    if frame not in MANOEUVRE_FRAMES:
+        raise ValueError(f"manoeuvre_frame must be one of {MANOEUVRE_FRAMES}, got {frame!r}")
+    starting = manoeuvre_under_way(manoeuvres, targets, by_s)
+    if frame == "ego":
+        return starting
+    if by_s is None or routes is None:
+        raise ValueError("manoeuvre_frame = route: the classes need manoeuvre_by_s and the routes")
+    step = min(round(by_s * 10) - 1, targets.shape[1] - 1)
+    now, then = route_laterals(routes, np.zeros((len(targets), 2))), route_laterals(routes, targets[:, step, :2])
+    keep, left, right = (MANOEUVRES.index(name) for name in ("keep_lane", "change_left", "change_right"))
+    beside = np.where(then >= LANE_WIDTH / 2, left, np.where(then <= -LANE_WIDTH / 2, right, keep))
+    leaving = np.abs(then) > np.abs(now)
+    return np.where(beside != keep, beside, np.where(leaving, starting, keep))
+
+
+def route_laterals(routes: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Signed offset (left positive) of each of ``points`` ``[B, 2]`` from its route ``[B, P, 2]`` (both in the
+    ego frame), the route extended straight back ``ROUTE_TAIL_M`` from its first point, so a point beside
+    the car projects onto it too."""
+    out = np.empty(len(points))
+    for i, (route, point) in enumerate(zip(np.asarray(routes, np.float64), np.asarray(points, np.float64))):
+        ahead = route[1] - route[0]
+        back = route[0] - ROUTE_TAIL_M * ahead / max(float(np.linalg.norm(ahead)), 1e-9)
+        line = np.vstack([back, route])
+        arc = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(line, axis=0), axis=1))])
+        out[i] = geometry.project(line, arc, point)[1]
+    return out

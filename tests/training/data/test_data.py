@@ -397,3 +397,43 @@ def test_a_lane_change_not_under_way_by_then_reads_as_keep_lane():
     classes = np.array([left, left, right, right, keep])
     assert manoeuvre_under_way(classes, targets, by_s=3.0).tolist() == [left, keep, right, keep, keep]
     assert manoeuvre_under_way(classes, targets, by_s=2.0).tolist() == [keep] * 5  # index 19 is all zeros
+
+
+def test_a_lane_change_in_the_routes_frame_is_named_until_the_car_drives_back():
+    """``manoeuvre_classes(frame="route")``: the lane the future is in at ``by_s`` beside the route's, or the
+    ego class's start where the future leaves the route's centre; half-way through a change (the car heading
+    into the new lane, its future straight on in its own frame) the ego class reads ``keep_lane``, the route's
+    ``change_left``; the way back from an offset or from the left lane is ``keep_lane``."""
+    from agents.vla.manoeuvre import MANOEUVRES
+    from training.data.labels import manoeuvre_classes, route_laterals
+
+    keep, left, right = (MANOEUVRES.index(m) for m in ("keep_lane", "change_left", "change_right"))
+
+    def seen_from(offset: float, heading: float) -> np.ndarray:
+        """A straight route (2 m to 64 m ahead) seen from a car ``offset`` m to its left, heading ``heading``
+        rad to the left of it."""
+        ahead = np.stack([np.arange(2.0, 65.0, 2.0), np.full(32, -offset)], 1)
+        c, s = np.cos(heading), np.sin(heading)
+        return ahead @ np.array([[c, -s], [s, c]])
+
+    # (car's offset, heading, future at 3 s in the ego frame, recorded class, ego class, route class)
+    cases = [
+        (0.0, 0.0, (30.0, 1.0), left, left, left),  # a change starting: both
+        (1.5, 0.1, (30.0, -0.2), keep, keep, left),  # half-way: straight on in its own frame, 4.3 m out
+        (-1.5, 0.0, (30.0, 1.5), left, left, keep),  # moved 1.5 m right, back to the centre: not a change
+        (3.5, 0.0, (30.0, 0.0), keep, keep, left),  # passing in the left lane
+        (3.5, 0.0, (30.0, -2.5), right, right, keep),  # driving back into the route's lane
+        (0.0, 0.0, (30.0, -2.0), keep, keep, right),  # out into the lane on the right
+        (0.0, 0.0, (30.0, 0.3), keep, keep, keep),  # drifting within the lane
+    ]
+    routes = np.stack([seen_from(c[0], c[1]) for c in cases])
+    targets = np.zeros((len(cases), 64, 3), np.float32)
+    targets[:, 29, :2] = [c[2] for c in cases]
+    recorded = np.array([c[3] for c in cases])
+    np.testing.assert_allclose(route_laterals(routes, np.zeros((len(cases), 2))), [c[0] for c in cases], atol=1e-9)
+    assert manoeuvre_classes(recorded, targets, 3.0, "ego").tolist() == [c[4] for c in cases]
+    assert manoeuvre_classes(recorded, targets, 3.0, "route", routes).tolist() == [c[5] for c in cases]
+    with pytest.raises(ValueError, match="need manoeuvre_by_s and the routes"):
+        manoeuvre_classes(recorded, targets, 3.0, "route")
+    with pytest.raises(ValueError, match="manoeuvre_frame must be one of"):
+        manoeuvre_classes(recorded, targets, 3.0, "lane")
