@@ -283,8 +283,8 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     """``manoeuvre_weight`` gives the VLA a manoeuvre head, logs its loss, saves it with the checkpoint and
     resumes it exactly; ``manoeuvre_in_state`` widens the state token by the classes and plans them
     (``manoeuvre_by_s`` and ``manoeuvre_frame``: what the classes mean, saved with the checkpoint, so RL's
-    behaviour-cloning anchor gives the plan the same classes); either without a head is refused, and a frame
-    without its time."""
+    behaviour-cloning anchor gives the plan the same classes); either without a head is refused, a frame
+    without its time, and a frame other than the one an ``init_from`` checkpoint's mean plans were read in."""
     from safetensors.torch import load_file
 
     from agents.vla import VLA
@@ -340,6 +340,15 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     no_time = ["--config", str(recipe), "--run-dir", str(tmp_path / "no_time"), "--set", "train.manoeuvre_frame=route"]
     assert run_main(no_time) == 2
     assert "train.manoeuvre_frame: the classes' frame needs their time" in capsys.readouterr().err
+    # a start whose plans begin from mean plans of the route frame's classes is not trained on the ego's
+    start = tmp_path / "route_start"
+    shutil.copytree(final, start)
+    config = json.loads((start / "vla_config.json").read_text())
+    config["vla"]["manoeuvre_origins"] = np.zeros((len(MANOEUVRES), 64, 2)).tolist()
+    (start / "vla_config.json").write_text(json.dumps(config))
+    other = ["--config", str(recipe), "--run-dir", str(tmp_path / "other"), "--set", "train.manoeuvre_by_s=3.0"]
+    assert run_main([*other, "--set", f"init_from={start}", "--set", "train.manoeuvre_frame=ego"]) == 2
+    assert "the init_from checkpoint's plans start from its classes' mean plans as 'route'" in capsys.readouterr().err
 
 
 def test_manoeuvre_origins_are_each_classs_mean_plan_and_data_without_a_class_is_refused(dataset, tmp_path, capsys):
