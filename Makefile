@@ -29,7 +29,7 @@ browser:
 test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled $(BIN)/python -m pytest -q
+	HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled $(BIN)/python -m pytest -q --durations=15  # the slowest: what to trim first
 
 # the documentation site into site/ (tests/docs builds it too, --strict, and opens it in Chromium)
 docs: $(STAMP)

@@ -109,7 +109,9 @@ def paired_steps(config: str, checkpoint: Path, blocks: int, steps: int = 10) ->
                 options["perception"] = torch.from_numpy(batch.perception)
             if model.manoeuvre_head is not None:
                 options["manoeuvres"] = torch.from_numpy(
-                    batch.manoeuvre_classes(model.config.manoeuvre_by_s, model.config.manoeuvre_frame)
+                    batch.manoeuvre_classes(
+                        model.config.manoeuvre_by_s, model.config.manoeuvre_frame, model.config.manoeuvre_stop
+                    )
                 )
             if mode == "given":
                 options["actions"] = torch.from_numpy(batch.actions)

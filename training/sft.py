@@ -27,7 +27,7 @@ from agents.base import ObservationSetup
 from agents.policy import load_policy
 from agents.vla import VLA, action_space, route_prior
 from agents.vla.config import VLAConfig
-from agents.vla.manoeuvre import MANOEUVRES
+from agents.vla.manoeuvre import manoeuvre_names
 from agents.vla.model import state_features
 from training import dagger
 from training.averaging import WeightAverage
@@ -50,7 +50,7 @@ def build_model(recipe: SFTRecipe, dataset: DrivingDataset) -> VLA | AlpamayoR1:
     if recipe.train.perception_weight > 0:
         config.perception_targets = perception_width(dataset)
     if recipe.train.manoeuvre_weight > 0:
-        config.manoeuvres = len(MANOEUVRES)
+        config.manoeuvres = len(manoeuvre_names(config.manoeuvre_stop))
     torch.manual_seed(recipe.seed)
     return VLA(config)
 
@@ -84,7 +84,9 @@ def manoeuvre_origins(dataset: DrivingDataset, config: VLAConfig) -> list[list[l
     plus the residual)."""
     targets, actions = target_actions(dataset, config.lateral_action)
     routes = dataset.arrays["route"] if config.manoeuvre_frame == "route" else None
-    classes = manoeuvre_classes(dataset.manoeuvres, targets, config.manoeuvre_by_s, config.manoeuvre_frame, routes)
+    classes = manoeuvre_classes(
+        dataset.manoeuvres, targets, config.manoeuvre_by_s, config.manoeuvre_frame, routes, config.manoeuvre_stop
+    )
     normalised = action_space.normalise(actions, config.action_mean, config.action_std, config.lateral_action)
     if config.route_origin:
         route = route_prior.route_origin(
@@ -92,7 +94,7 @@ def manoeuvre_origins(dataset: DrivingDataset, config: VLAConfig) -> list[list[l
         )
         normalised[..., 1] -= torch.from_numpy(route).to(normalised.dtype)
     origins = []
-    for k, name in enumerate(MANOEUVRES):
+    for k, name in enumerate(manoeuvre_names(config.manoeuvre_stop)):
         chosen = torch.from_numpy(classes == k)
         if not bool(chosen.any()):
             raise DatasetError(
@@ -193,7 +195,7 @@ def train_sft(
     if cfg.manoeuvre_weight > 0:
         if isinstance(model, AlpamayoR1):
             raise ValueError("train.manoeuvre_weight: the manoeuvre head is a LoopDrive VLA part; set it to 0")
-        model.add_manoeuvre_head(len(MANOEUVRES))
+        model.add_manoeuvre_head(len(manoeuvre_names(model.config.manoeuvre_stop)))
     # the data's manoeuvres: what the head learns to choose, and what a plan given one is trained on
     give_manoeuvres = cfg.manoeuvre_weight > 0 or (isinstance(model, VLA) and model.plans_a_manoeuvre)
     if cfg.manoeuvre_by_s is not None:  # the classes' meaning travels with the checkpoint (RL's demonstrations)
@@ -285,7 +287,9 @@ def train_sft(
                 options["actions"] = torch.from_numpy(batch.actions)
             if give_manoeuvres:
                 options["manoeuvres"] = torch.from_numpy(
-                    batch.manoeuvre_classes(model.config.manoeuvre_by_s, model.config.manoeuvre_frame)
+                    batch.manoeuvre_classes(
+                        model.config.manoeuvre_by_s, model.config.manoeuvre_frame, model.config.manoeuvre_stop
+                    )
                 )
             with autocast:
                 losses = model.losses(

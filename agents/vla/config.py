@@ -66,6 +66,12 @@ class VLAConfig(BaseModel):
         description="how many manoeuvre classes the manoeuvre head on the image tokens and the ego features "
         "chooses from (agents.vla.manoeuvre.MANOEUVRES); 0: no head. Set by SFT's [train] manoeuvre_weight",
     )
+    manoeuvre_stop: bool = Field(
+        False,
+        description="the manoeuvre head also chooses a stop: a moving car whose future keeps its lane and stands "
+        "within manoeuvre_by_s (training.data.labels.stops_by), so with manoeuvre_origin a plan to stop starts "
+        "from the data's mean stop, as a lane change starts from its mean change. Set in SFT's [model]",
+    )
     manoeuvre_in_state: bool = Field(
         False,
         description="the action expert's state token also carries a manoeuvre (one-hot): the data's own in "

@@ -27,8 +27,17 @@ from torch import nn
 # (SFT's ``[train] manoeuvre_weight``): whether the driven future leaves the lane, and to which side. Turns
 # follow the route, which the state token already carries; a nudge round an obstacle counts with the lane
 # change to its side (9 of core train's 6,841 samples). Every recorded sample has its meta-actions, so
-# every dataset has these classes.
-MANOEUVRES = ("keep_lane", "change_left", "change_right")
+# every dataset has these classes. With ``[model] manoeuvre_stop`` a fourth: a moving car whose future keeps
+# its lane and stands (training.data.labels.stops_by); a head without it knows the first three.
+MANOEUVRES = ("keep_lane", "change_left", "change_right", "stop")
+LANE_CHANGES = (MANOEUVRES.index("change_left"), MANOEUVRES.index("change_right"))
+
+
+def manoeuvre_names(stop: bool) -> tuple[str, ...]:
+    """The classes a head chooses among: the lane's three, and with ``stop`` the stop."""
+    return MANOEUVRES if stop else MANOEUVRES[:3]
+
+
 # What a lane change class names (training.data.labels.manoeuvre_classes): "ego", its start, in the car's own
 # frame; "route", the lane the future is in beside the route's, until the car drives back
 ManoeuvreFrame = Literal["ego", "route"]
@@ -68,12 +77,13 @@ def hold_manoeuvres(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One decision of a hold, for a batch of episodes ``[B]``: the manoeuvres planned given the head's
     choices ``chosen``, the class each episode held ``held`` and the decisions it was still to be held for
-    ``left``; and the decisions each planned class is held for after this one. A change the head chooses is
-    planned and held for ``decisions`` - 1 more; where it chooses to keep its lane a held change goes on
-    until its decisions are spent. Episodes that start hold nothing (``held`` = ``left`` = 0)."""
-    change = chosen > 0
+    ``left``; and the decisions each planned class is held for after this one. A lane change the head chooses
+    is planned and held for ``decisions`` - 1 more; where it chooses to keep its lane (or to stop) a held
+    change goes on until its decisions are spent, and otherwise its choice is planned. Episodes that start
+    hold nothing (``held`` = ``left`` = 0)."""
+    change = torch.isin(chosen, torch.tensor(LANE_CHANGES, device=chosen.device))
     holding = ~change & (left > 0)
-    planned = torch.where(change, chosen, torch.where(holding, held, torch.zeros_like(chosen)))
+    planned = torch.where(change | ~holding, chosen, held)
     left_after = torch.where(change, torch.full_like(left, decisions - 1), (left - 1).clamp_min(0))
     return planned, left_after
 

@@ -40,7 +40,7 @@ from agents.vla.flow import (
     sample_ode,
     sample_sde,
 )
-from agents.vla.manoeuvre import MANOEUVRES, ManoeuvreHead
+from agents.vla.manoeuvre import LANE_CHANGES, ManoeuvreHead, manoeuvre_names
 from agents.vla.perception import PerceptionProbe
 from agents.vla.positions import RopePositions
 from agents.vla.tokenizer import (
@@ -225,6 +225,11 @@ class VLA(nn.Module, TrainableParts):
             raise ValueError(
                 "manoeuvre_in_state: the plan is given the manoeuvre head's choice, and there is no head "
                 "(SFT builds one with [train] manoeuvre_weight > 0)"
+            )
+        if config.manoeuvres and config.manoeuvres != len(manoeuvre_names(config.manoeuvre_stop)):
+            raise ValueError(
+                f"manoeuvres = {config.manoeuvres}, but a head with manoeuvre_stop = {config.manoeuvre_stop} chooses "
+                f"among {manoeuvre_names(config.manoeuvre_stop)}"
             )
         if config.manoeuvre_origin and not config.manoeuvres:
             raise ValueError(
@@ -907,7 +912,7 @@ class VLA(nn.Module, TrainableParts):
         if synthetic > 0:
             given, chosen = synthetic_leads(perception, v0, synthetic, generator)
             if "manoeuvre" in rows:  # a car to stop for, not to pass: only draws that keep their lane
-                chosen = chosen & (rows["manoeuvre"] == MANOEUVRES.index("keep_lane"))
+                chosen = chosen & ~torch.isin(rows["manoeuvre"], torch.tensor(LANE_CHANGES, device=self.device))
             if bool(chosen.any()):
                 state = rows["state"][chosen].clone()
                 state[:, self._perception_columns] = given[chosen].to(state)

@@ -39,11 +39,11 @@ def test_builtin_specs_and_plugins(tmp_path, monkeypatch):
         import numpy as np
         from agents import AgentOutput, BaseAgent
 
-        class Creep(BaseAgent):
-            name = "creep"
+        class Cruise(BaseAgent):
+            name = "cruise"
             def act(self, obs):
                 t = np.arange(1, 65) * 0.1
-                return AgentOutput(np.stack([2 * t, 0 * t, 0 * t], 1).astype(np.float32), "creep")
+                return AgentOutput(np.stack([10 * t, 0 * t, 0 * t], 1).astype(np.float32), "cruise")
 
         class NeedsArgs:
             def __init__(self, x): ...
@@ -53,8 +53,8 @@ def test_builtin_specs_and_plugins(tmp_path, monkeypatch):
     """)
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    metrics, outs, _ = run({"scenario": "straight-000"}, "my_agents:Creep", "straight-000")
-    assert outs[0].reasoning == "creep" and metrics["distance"] > 0
+    metrics, outs, _ = run({"scenario": "straight-000"}, "my_agents:Cruise", "straight-000")
+    assert outs[0].reasoning == "cruise" and metrics["distance"] > 0
     for spec, match in [
         ("expurt", "unknown agent 'expurt'"),
         ("nope_mod:X", "cannot import module 'nope_mod'"),

@@ -288,7 +288,7 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     from safetensors.torch import load_file
 
     from agents.vla import VLA
-    from agents.vla.manoeuvre import MANOEUVRES
+    from agents.vla.manoeuvre import manoeuvre_names
     from loopdrive.seeding import rng as seeded_rng
     from training.data.dataset import SampleBatch
     from training.rl.demonstrations import Demonstrations
@@ -305,8 +305,9 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     assert run_main(["--resume", str(broken)]) == 0
     final = straight / "checkpoints" / "final"
     saved = json.loads((final / "vla_config.json").read_text())
-    assert saved["vla"]["manoeuvres"] == len(MANOEUVRES) and saved["vla"]["manoeuvre_in_state"]
-    assert saved["expert"]["state_dim"] == 27 + len(MANOEUVRES)
+    lane_classes = len(manoeuvre_names(stop=False))
+    assert saved["vla"]["manoeuvres"] == lane_classes and saved["vla"]["manoeuvre_in_state"]
+    assert saved["expert"]["state_dim"] == 27 + lane_classes
     a, b = weights_of(final), weights_of(broken / "checkpoints" / "final")
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
@@ -344,7 +345,7 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     start = tmp_path / "route_start"
     shutil.copytree(final, start)
     config = json.loads((start / "vla_config.json").read_text())
-    config["vla"]["manoeuvre_origins"] = np.zeros((len(MANOEUVRES), 64, 2)).tolist()
+    config["vla"]["manoeuvre_origins"] = np.zeros((lane_classes, 64, 2)).tolist()
     (start / "vla_config.json").write_text(json.dumps(config))
     other = ["--config", str(recipe), "--run-dir", str(tmp_path / "other"), "--set", "train.manoeuvre_by_s=3.0"]
     assert run_main([*other, "--set", f"init_from={start}", "--set", "train.manoeuvre_frame=ego"]) == 2
@@ -353,30 +354,44 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
 
 def test_manoeuvre_origins_are_each_classs_mean_plan_and_data_without_a_class_is_refused(dataset, tmp_path, capsys):
     """``manoeuvre_origin``'s starts are each class's mean target in the flow's normalised actions (the classes
-    as ``manoeuvre_by_s`` reads them); an SFT run on data without one of the classes is refused by name;
-    ``[eval] hold`` reaches the agent spec its evaluations drive."""
+    as ``manoeuvre_by_s`` and ``manoeuvre_stop`` read them; the stop's brakes); an SFT run on data without one
+    of the classes is refused by name; ``[eval] hold`` reaches the agent spec its evaluations drive."""
     from agents.vla import action_space
     from agents.vla.config import VLAConfig
-    from agents.vla.manoeuvre import MANOEUVRES
+    from agents.vla.manoeuvre import MANOEUVRES, manoeuvre_names
     from training.data import DrivingDataset
-    from training.data.labels import manoeuvre_under_way
+    from training.data.labels import manoeuvre_classes
     from training.sft import manoeuvre_origins
 
     data = DrivingDataset(dataset)
-    data.manoeuvres = np.arange(len(data)) % len(MANOEUVRES)  # every class, whatever the smoke run drove
-    config = VLAConfig(
-        lateral_action="lateral_acceleration", action_mean=(0.2, 0.01), action_std=(1.1, 0.4), manoeuvre_by_s=3.0
-    )
-    origins = torch.tensor(manoeuvre_origins(data, config))
-    assert origins.shape == (len(MANOEUVRES), 64, 2)
-    targets = torch.from_numpy(data.arrays["target"][:]).float()
+    lanes = len(manoeuvre_names(stop=False))
+    data.manoeuvres = np.arange(len(data)) % lanes  # every lane class, whatever the smoke run drove
     speed = action_space.initial_speed(torch.from_numpy(data.arrays["ego_history"][:]))
+    recorded = np.array(data.arrays["target"][:])
+    for i in range(0, len(data), 6):  # and stops: a sixth of the futures (kept lanes) brake to a stand in 2 s
+        steps = np.concatenate([np.linspace(float(speed[i]), 0.0, 21)[1:], np.zeros(44)]) * 0.1
+        recorded[i, :, :] = 0.0
+        recorded[i, :, 0] = np.cumsum(steps)
+    data.arrays["target"] = recorded
+    targets = torch.from_numpy(recorded).float()
     actions = action_space.from_trajectory(targets, speed, lateral="lateral_acceleration")
     normalised = (actions - torch.tensor([0.2, 0.01])) / torch.tensor([1.1, 0.4])
-    classes = manoeuvre_under_way(data.manoeuvres, targets.numpy(), 3.0)
-    for k in range(len(MANOEUVRES)):
-        if (classes == k).any():
-            torch.testing.assert_close(origins[k], normalised[torch.from_numpy(classes == k)].mean(0))
+    for stop in (False, True):
+        config = VLAConfig(
+            lateral_action="lateral_acceleration",
+            action_mean=(0.2, 0.01),
+            action_std=(1.1, 0.4),
+            manoeuvre_by_s=3.0,
+            manoeuvre_stop=stop,
+        )
+        origins = torch.tensor(manoeuvre_origins(data, config))
+        assert origins.shape == (len(manoeuvre_names(stop)), 64, 2)
+        classes = manoeuvre_classes(data.manoeuvres, targets.numpy(), 3.0, stop=stop)
+        assert (classes == MANOEUVRES.index("stop")).any() == stop
+        for k in range(len(origins)):
+            if (classes == k).any():
+                torch.testing.assert_close(origins[k], normalised[torch.from_numpy(classes == k)].mean(0))
+    assert origins[MANOEUVRES.index("stop"), :10, 0].mean() < origins[0, :10, 0].mean() - 0.5  # it brakes
     recipe = sft_recipe(tmp_path, dataset, steps=2, manoeuvre_weight=1.0)
     run = ["--config", str(recipe), "--run-dir", str(tmp_path / "run"), "--set", "model.manoeuvre_origin=true"]
     present = set(DrivingDataset(dataset).manoeuvres.tolist())
@@ -392,14 +407,15 @@ def test_with_route_origin_each_manoeuvres_origin_is_its_mean_residual_from_the_
     the flow starts, on average over the class, where ``manoeuvre_origin`` alone starts it."""
     from agents.vla import action_space
     from agents.vla.config import VLAConfig
-    from agents.vla.manoeuvre import MANOEUVRES
+    from agents.vla.manoeuvre import manoeuvre_names
     from agents.vla.route_prior import route_origin
     from training.data import DrivingDataset
     from training.data.labels import manoeuvre_under_way
     from training.sft import manoeuvre_origins
 
     data = DrivingDataset(dataset)
-    data.manoeuvres = np.arange(len(data)) % len(MANOEUVRES)
+    lanes = len(manoeuvre_names(stop=False))
+    data.manoeuvres = np.arange(len(data)) % lanes
     common = dict(lateral_action="lateral_acceleration", action_mean=(0.2, 0.01), action_std=(1.1, 0.4))
     common |= dict(manoeuvres=3, manoeuvre_origin=True, manoeuvre_by_s=3.0)
     plain = torch.tensor(manoeuvre_origins(data, VLAConfig(**common)))
@@ -408,7 +424,7 @@ def test_with_route_origin_each_manoeuvres_origin_is_its_mean_residual_from_the_
     route = torch.from_numpy(route_origin(data.arrays["route"][:], speed, "lateral_acceleration", (1.1, 0.4)))
     assert route.abs().max() > 0.1  # the smoke data holds a curve
     classes = manoeuvre_under_way(data.manoeuvres, data.arrays["target"][:], 3.0)
-    for k in range(len(MANOEUVRES)):
+    for k in range(lanes):
         if (classes == k).any():
             mean_route = route[torch.from_numpy(classes == k)].mean(0)
             torch.testing.assert_close(residual[k, :, 0], plain[k, :, 0])

@@ -84,11 +84,11 @@ class SampleBatch(NamedTuple):
             None if any(a is None for a in actions) else np.concatenate(actions),
         )
 
-    def manoeuvre_classes(self, by_s: float | None, frame: ManoeuvreFrame = "ego") -> np.ndarray:
-        """The manoeuvre classes as a head trained with ``manoeuvre_by_s = by_s`` and ``manoeuvre_frame = frame``
-        knows them (``training.data.labels.manoeuvre_classes``)."""
+    def manoeuvre_classes(self, by_s: float | None, frame: ManoeuvreFrame = "ego", stop: bool = False) -> np.ndarray:
+        """The manoeuvre classes as a head trained with ``manoeuvre_by_s = by_s``, ``manoeuvre_frame = frame`` and
+        ``manoeuvre_stop = stop`` knows them (``training.data.labels.manoeuvre_classes``)."""
         routes = np.stack([o["route"] for o in self.observations]) if frame == "route" else None
-        return manoeuvre_classes(self.manoeuvres, self.targets, by_s, frame, routes)
+        return manoeuvre_classes(self.manoeuvres, self.targets, by_s, frame, routes, stop)
 
 
 def card_path(dataset: str | Path) -> Path:

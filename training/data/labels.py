@@ -186,12 +186,23 @@ def manoeuvre_under_way(
 ROUTE_TAIL_M = 10.0  # the route polyline is extended this far behind its first point (it starts 2 m ahead)
 
 
+def stops_by(targets: np.ndarray, by_s: float | None, stop_speed: float = DEFAULT_THRESHOLDS.stop_speed) -> np.ndarray:
+    """Whether each future ``[B, 64, 3]`` (ego frame, 10 Hz, its first point 0.1 s ahead) moves at its start and
+    stands, below ``stop_speed``, within ``by_s`` seconds (None: within the 6.4 s): the car brakes to a stop.
+    A car already standing is not stopping; whether it moves off is the plan's to say."""
+    xy = np.concatenate([np.zeros_like(targets[:, :1, :2]), targets[:, :, :2]], 1)
+    speeds = np.linalg.norm(np.diff(xy, axis=1), axis=-1) / 0.1  # [B, 64]: over each 0.1 s
+    steps = targets.shape[1] if by_s is None else min(round(by_s * 10), targets.shape[1])
+    return (speeds[:, 0] >= stop_speed) & (speeds[:, :steps].min(1) < stop_speed)
+
+
 def manoeuvre_classes(
     manoeuvres: np.ndarray,
     targets: np.ndarray,
     by_s: float | None,
     frame: ManoeuvreFrame = "ego",
     routes: np.ndarray | None = None,
+    stop: bool = False,
 ) -> np.ndarray:
     """The manoeuvre classes as a head trained with ``manoeuvre_by_s = by_s`` and ``manoeuvre_frame = frame``
     knows them. ``ego``: :func:`manoeuvre_under_way`, the start of a lane change. Half-way through one the car
@@ -200,9 +211,21 @@ def manoeuvre_classes(
     than half a lane width out, :func:`route_laterals`) or, still in the route's lane, leaving it (the ego
     class's start, where the future ends further from the route's centre than the car is now); a lane change
     is named until the car drives back, and the way back from an offset is ``keep_lane``. ``route`` needs the
-    ``routes`` ``[B, P, 2]`` (ego frame, as the observations give them)."""
+    ``routes`` ``[B, P, 2]`` (ego frame, as the observations give them). With ``stop`` (``[model]
+    manoeuvre_stop``) a ``keep_lane`` future that stops within ``by_s`` (:func:`stops_by`) is ``stop``."""
     if frame not in MANOEUVRE_FRAMES:
         raise ValueError(f"manoeuvre_frame must be one of {MANOEUVRE_FRAMES}, got {frame!r}")
+    classes = _lane_classes(manoeuvres, targets, by_s, frame, routes)
+    if not stop:
+        return classes
+    keep = MANOEUVRES.index("keep_lane")
+    return np.where((classes == keep) & stops_by(targets, by_s), MANOEUVRES.index("stop"), classes)
+
+
+def _lane_classes(
+    manoeuvres: np.ndarray, targets: np.ndarray, by_s: float | None, frame: ManoeuvreFrame, routes: np.ndarray | None
+) -> np.ndarray:
+    """:func:`manoeuvre_classes` without the stop: the lane the future keeps or changes to."""
     starting = manoeuvre_under_way(manoeuvres, targets, by_s)
     if frame == "ego":
         return starting

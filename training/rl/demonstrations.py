@@ -43,7 +43,9 @@ class Demonstrations:
         options = {} if batch.actions is None else {"actions": torch.from_numpy(batch.actions)}
         if vla and policy.plans_a_manoeuvre:  # given the data's manoeuvre, as in SFT
             options["manoeuvres"] = torch.from_numpy(
-                batch.manoeuvre_classes(policy.config.manoeuvre_by_s, policy.config.manoeuvre_frame)
+                batch.manoeuvre_classes(
+                    policy.config.manoeuvre_by_s, policy.config.manoeuvre_frame, policy.config.manoeuvre_stop
+                )
             )
         losses = policy.losses(batch.observations, batch.reasoning, targets, generator=gen, **options)
         return losses["flow"] + (losses["text"] if self.with_text else 0.0)

@@ -170,6 +170,7 @@ def test_the_agent_drives_an_episode_in_the_embedded_world():
     from agents.loading import load_agent
 
     agent = load_agent(f"alpamayo:{FIXTURE / 'checkpoint'}?temperature=0")
+    agent.model.max_reasoning_tokens = 12  # the untrained fixture never ends its reasoning: the same path, shorter
     env = gym.make("LoopDrive-v0", bank="smoke", scenario="curve-000", camera_size=(64, 128))
     obs, _ = env.reset(seed=0)
     agent.reset({"seed": 0})

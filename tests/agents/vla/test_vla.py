@@ -896,6 +896,31 @@ def test_a_tracked_closing_speed_is_the_fall_of_the_gap_given_since_the_last_dec
     env.close()
 
 
+def test_a_stop_is_planned_when_the_head_chooses_it_and_never_held(observations):
+    """With ``manoeuvre_stop`` the head chooses among four classes: a stop is planned at the decision it is
+    chosen, held by nothing and holding nothing back, while a held lane change goes on through it; the plan
+    given the stop starts from the stop's own origin; a class count that is not the stop's is refused."""
+    from agents.vla.manoeuvre import MANOEUVRES, ManoeuvreHold
+
+    hold = ManoeuvreHold(3)
+    assert [hold(c) for c in (0, 3, 0, 1, 3, 0, 0, 3, 3, 2)] == [0, 3, 0, 1, 1, 1, 0, 3, 3, 2]
+    origins = torch.zeros(len(MANOEUVRES), 64, 2)
+    origins[MANOEUVRES.index("stop"), :, 0] = -3.0  # braking hard, in normalised actions
+    config = VLAConfig(manoeuvres=4, manoeuvre_stop=True, manoeuvre_origin=True, manoeuvre_origins=origins.tolist())
+    model = VLA(config).eval()
+
+    def given(k):
+        def always(chosen):
+            return torch.full_like(chosen, k)
+
+        plan = model.act_batch(observations[:1], reasoning=False, noise_scale=0.0, choose=always)[0]["trajectory"]
+        return float(plan[-1, 0])  # how far it goes in 6.4 s
+
+    assert given(MANOEUVRES.index("stop")) < given(MANOEUVRES.index("keep_lane")) - 1.0
+    with pytest.raises(ValueError, match=r"manoeuvres = 3, but a head with manoeuvre_stop = True chooses among"):
+        VLA(VLAConfig(manoeuvres=3, manoeuvre_stop=True, manoeuvre_in_state=True))
+
+
 def test_a_hold_steps_each_episode_of_a_batch_alone_and_a_held_sample_is_scored_given_its_class(observations):
     """``hold_manoeuvres`` on a batch of episodes is ``ManoeuvreHold`` on each; a sample planned given a held
     class (``choose``) has the same log-prob when scored given that class (``manoeuvres``), and another

@@ -399,6 +399,34 @@ def test_a_lane_change_not_under_way_by_then_reads_as_keep_lane():
     assert manoeuvre_under_way(classes, targets, by_s=2.0).tolist() == [keep] * 5  # index 19 is all zeros
 
 
+def test_a_moving_future_that_stands_by_then_is_a_stop_and_a_lane_change_stays_a_change():
+    """``manoeuvre_classes(stop=True)``: a future that keeps its lane, moves at its start and stands (below 0.3
+    m/s over a 0.1 s step) by ``by_s`` is ``stop``; one that stands later, one already standing, and a lane
+    change that stops are not; without ``stop`` the classes are the lane's three."""
+    from agents.vla.manoeuvre import MANOEUVRES
+    from training.data.labels import manoeuvre_classes, stops_by
+
+    keep, left, stop = (MANOEUVRES.index(m) for m in ("keep_lane", "change_left", "stop"))
+
+    def future(speeds: list[float]) -> np.ndarray:
+        """Straight ahead at these speeds (m/s) over each 0.1 s, the last held to 6.4 s."""
+        v = np.array(speeds + [speeds[-1]] * (64 - len(speeds)))
+        out = np.zeros((64, 3), np.float32)
+        out[:, 0] = np.cumsum(v * 0.1)
+        return out
+
+    braking = list(np.linspace(5.0, 0.0, 21))  # 5 m/s to a stand in 2 s
+    late = [5.0] * 20 + braking  # the same, 2 s later: standing from 4.1 s
+    targets = np.stack([future(braking), future(late), future([0.0]), future([5.0]), future(braking)])
+    targets[4, 20:, 1] = 1.0  # a change to the left that stops
+    recorded = np.array([keep, keep, keep, keep, left])
+    assert stops_by(targets, 3.0).tolist() == [True, False, False, False, True]
+    assert stops_by(targets, None).tolist() == [True, True, False, False, True]
+    assert manoeuvre_classes(recorded, targets, 3.0, stop=True).tolist() == [stop, keep, keep, keep, left]
+    assert manoeuvre_classes(recorded, targets, None, stop=True).tolist() == [stop, stop, keep, keep, left]
+    assert manoeuvre_classes(recorded, targets, 3.0).tolist() == [keep, keep, keep, keep, left]
+
+
 def test_a_lane_change_in_the_routes_frame_is_named_until_the_car_drives_back():
     """``manoeuvre_classes(frame="route")``: the lane the future is in at ``by_s`` beside the route's, or the
     ego class's start where the future leaves the route's centre; half-way through a change (the car heading
