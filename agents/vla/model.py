@@ -226,6 +226,11 @@ class VLA(nn.Module, TrainableParts):
                 "manoeuvre_in_state: the plan is given the manoeuvre head's choice, and there is no head "
                 "(SFT builds one with [train] manoeuvre_weight > 0)"
             )
+        if config.manoeuvre_stop and not config.manoeuvres:
+            raise ValueError(
+                "manoeuvre_stop: the stop is a class of the manoeuvre head, and there is no head "
+                "(SFT builds one with [train] manoeuvre_weight > 0)"
+            )
         if config.manoeuvres and config.manoeuvres != len(manoeuvre_names(config.manoeuvre_stop)):
             raise ValueError(
                 f"manoeuvres = {config.manoeuvres}, but a head with manoeuvre_stop = {config.manoeuvre_stop} chooses "

@@ -899,7 +899,8 @@ def test_a_tracked_closing_speed_is_the_fall_of_the_gap_given_since_the_last_dec
 def test_a_stop_is_planned_when_the_head_chooses_it_and_never_held(observations):
     """With ``manoeuvre_stop`` the head chooses among four classes: a stop is planned at the decision it is
     chosen, held by nothing and holding nothing back, while a held lane change goes on through it; the plan
-    given the stop starts from the stop's own origin; a class count that is not the stop's is refused."""
+    given the stop starts from the stop's own origin; a class count that is not the stop's, or a stop without a
+    head, is refused."""
     from agents.vla.manoeuvre import MANOEUVRES, ManoeuvreHold
 
     hold = ManoeuvreHold(3)
@@ -919,6 +920,8 @@ def test_a_stop_is_planned_when_the_head_chooses_it_and_never_held(observations)
     assert given(MANOEUVRES.index("stop")) < given(MANOEUVRES.index("keep_lane")) - 1.0
     with pytest.raises(ValueError, match=r"manoeuvres = 3, but a head with manoeuvre_stop = True chooses among"):
         VLA(VLAConfig(manoeuvres=3, manoeuvre_stop=True, manoeuvre_in_state=True))
+    with pytest.raises(ValueError, match="manoeuvre_stop: the stop is a class of the manoeuvre head, and there is no"):
+        VLA(VLAConfig(manoeuvre_stop=True))
 
 
 def test_a_hold_steps_each_episode_of_a_batch_alone_and_a_held_sample_is_scored_given_its_class(observations):
