@@ -35,7 +35,12 @@ LANE_CHANGES = (MANOEUVRES.index("change_left"), MANOEUVRES.index("change_right"
 
 def manoeuvre_names(stop: bool) -> tuple[str, ...]:
     """The classes a head chooses among: the lane's three, and with ``stop`` the stop."""
-    return MANOEUVRES if stop else MANOEUVRES[:3]
+    return MANOEUVRES if stop else MANOEUVRES[: MANOEUVRES.index("stop")]
+
+
+def is_lane_change(classes: torch.Tensor) -> torch.Tensor:
+    """Which of ``classes`` (indices in ``MANOEUVRES``) leave the lane: what a hold holds, not a car to stop for."""
+    return torch.isin(classes, torch.tensor(LANE_CHANGES, device=classes.device))
 
 
 # What a lane change class names (training.data.labels.manoeuvre_classes): "ego", its start, in the car's own
@@ -81,7 +86,7 @@ def hold_manoeuvres(
     is planned and held for ``decisions`` - 1 more; where it chooses to keep its lane (or to stop) a held
     change goes on until its decisions are spent, and otherwise its choice is planned. Episodes that start
     hold nothing (``held`` = ``left`` = 0)."""
-    change = torch.isin(chosen, torch.tensor(LANE_CHANGES, device=chosen.device))
+    change = is_lane_change(chosen)
     holding = ~change & (left > 0)
     planned = torch.where(change | ~holding, chosen, held)
     left_after = torch.where(change, torch.full_like(left, decisions - 1), (left - 1).clamp_min(0))

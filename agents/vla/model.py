@@ -40,7 +40,7 @@ from agents.vla.flow import (
     sample_ode,
     sample_sde,
 )
-from agents.vla.manoeuvre import LANE_CHANGES, ManoeuvreHead, manoeuvre_names
+from agents.vla.manoeuvre import ManoeuvreHead, is_lane_change, manoeuvre_names
 from agents.vla.perception import PerceptionProbe
 from agents.vla.positions import RopePositions
 from agents.vla.tokenizer import (
@@ -917,7 +917,7 @@ class VLA(nn.Module, TrainableParts):
         if synthetic > 0:
             given, chosen = synthetic_leads(perception, v0, synthetic, generator)
             if "manoeuvre" in rows:  # a car to stop for, not to pass: only draws that keep their lane
-                chosen = chosen & ~torch.isin(rows["manoeuvre"], torch.tensor(LANE_CHANGES, device=self.device))
+                chosen = chosen & ~is_lane_change(rows["manoeuvre"])
             if bool(chosen.any()):
                 state = rows["state"][chosen].clone()
                 state[:, self._perception_columns] = given[chosen].to(state)
