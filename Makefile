@@ -29,7 +29,8 @@ browser:
 test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled $(BIN)/python -m pytest -q --durations=15  # the slowest: what to trim first
+	# a test worker per core (4 at most), the Ray tests one at a time on one of them; the slowest: what to trim
+	HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup --durations=15
 
 # the documentation site into site/ (tests/docs builds it too, --strict, and opens it in Chromium)
 docs: $(STAMP)

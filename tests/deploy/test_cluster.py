@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RAY = Path(sys.executable).parent / "ray"
 ENV = os.environ | {"RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
 
-pytestmark = pytest.mark.skipif(not RAY.exists(), reason="the ray command line is not installed")
+pytestmark = [pytest.mark.ray, pytest.mark.skipif(not RAY.exists(), reason="the ray command line is not installed")]
 
 
 def _free_port() -> int:

@@ -148,6 +148,7 @@ def test_rig_ablation_and_seeds(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_ray_workers_give_the_same_results_and_survive_a_dying_worker(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))

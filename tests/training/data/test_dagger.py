@@ -276,6 +276,7 @@ def test_label_every_is_validated():
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_a_dagger_round_on_ray_workers_is_the_same_data_and_resumes_one_started_in_process(tmp_path, monkeypatch):
     """``workers``: the VLA drives on Ray actors (one torch thread each, as in-process) and the episodes
     are written in order, so a collection killed in-process and finished on two workers holds the
