@@ -110,7 +110,10 @@ def paired_steps(config: str, checkpoint: Path, blocks: int, steps: int = 10) ->
             if model.manoeuvre_head is not None:
                 options["manoeuvres"] = torch.from_numpy(
                     batch.manoeuvre_classes(
-                        model.config.manoeuvre_by_s, model.config.manoeuvre_frame, model.config.manoeuvre_stop
+                        model.config.manoeuvre_by_s,
+                        model.config.manoeuvre_frame,
+                        model.config.manoeuvre_stop,
+                        model.config.manoeuvre_stop_by_s,
                     )
                 )
             if mode == "given":

@@ -85,7 +85,13 @@ def manoeuvre_origins(dataset: DrivingDataset, config: VLAConfig) -> list[list[l
     targets, actions = target_actions(dataset, config.lateral_action)
     routes = dataset.arrays["route"] if config.manoeuvre_frame == "route" else None
     classes = manoeuvre_classes(
-        dataset.manoeuvres, targets, config.manoeuvre_by_s, config.manoeuvre_frame, routes, config.manoeuvre_stop
+        dataset.manoeuvres,
+        targets,
+        config.manoeuvre_by_s,
+        config.manoeuvre_frame,
+        routes,
+        config.manoeuvre_stop,
+        config.manoeuvre_stop_by_s,
     )
     normalised = action_space.normalise(actions, config.action_mean, config.action_std, config.lateral_action)
     if config.route_origin:
@@ -288,7 +294,10 @@ def train_sft(
             if give_manoeuvres:
                 options["manoeuvres"] = torch.from_numpy(
                     batch.manoeuvre_classes(
-                        model.config.manoeuvre_by_s, model.config.manoeuvre_frame, model.config.manoeuvre_stop
+                        model.config.manoeuvre_by_s,
+                        model.config.manoeuvre_frame,
+                        model.config.manoeuvre_stop,
+                        model.config.manoeuvre_stop_by_s,
                     )
                 )
             with autocast:

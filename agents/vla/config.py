@@ -72,6 +72,14 @@ class VLAConfig(BaseModel):
         "within manoeuvre_by_s (training.data.labels.stops_by), so with manoeuvre_origin a plan to stop starts "
         "from the data's mean stop, as a lane change starts from its mean change. Set in SFT's [model]",
     )
+    manoeuvre_stop_by_s: float | None = Field(
+        None,
+        gt=0,
+        le=6.4,
+        description="with manoeuvre_stop, a future is a stop when it stands within this many seconds; None: "
+        "manoeuvre_by_s. Longer names the stop from where the expert starts braking, before the car is close to "
+        "its line (stop 87: chosen 6-8 m before a stop sign at 3 s). Set in SFT's [model]",
+    )
     manoeuvre_in_state: bool = Field(
         False,
         description="the action expert's state token also carries a manoeuvre (one-hot): the data's own in "

@@ -231,6 +231,8 @@ class VLA(nn.Module, TrainableParts):
                 "manoeuvre_stop: the stop is a class of the manoeuvre head, and there is no head "
                 "(SFT builds one with [train] manoeuvre_weight > 0)"
             )
+        if config.manoeuvre_stop_by_s is not None and not config.manoeuvre_stop:
+            raise ValueError("manoeuvre_stop_by_s: the time names the stop class, and manoeuvre_stop is off")
         if config.manoeuvres and config.manoeuvres != len(manoeuvre_names(config.manoeuvre_stop)):
             raise ValueError(
                 f"manoeuvres = {config.manoeuvres}, but a head with manoeuvre_stop = {config.manoeuvre_stop} chooses "

@@ -332,7 +332,7 @@ def test_the_manoeuvre_head_trains_is_saved_resumes_exactly_and_plans_with_the_d
     plain_classes = SampleBatch.manoeuvre_classes
     monkeypatch.setattr(SampleBatch, "manoeuvre_classes", lambda b, *a: asked.append(a) or plain_classes(b, *a))
     demos.loss(policy, step=1)
-    assert asked == [(3.0, "route", False)]  # by_s, frame, stop
+    assert asked == [(3.0, "route", False, None)]  # by_s, frame, stop, stop_by_s
     no_head = ["--config", str(recipe), "--run-dir", str(tmp_path / "no_head"), "--set", "train.manoeuvre_weight=0"]
     assert run_main([*no_head, "--set", "train.manoeuvre_by_s=3.0"]) == 2
     assert "train.manoeuvre_by_s: no manoeuvre head" in capsys.readouterr().err

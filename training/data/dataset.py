@@ -84,11 +84,14 @@ class SampleBatch(NamedTuple):
             None if any(a is None for a in actions) else np.concatenate(actions),
         )
 
-    def manoeuvre_classes(self, by_s: float | None, frame: ManoeuvreFrame = "ego", stop: bool = False) -> np.ndarray:
-        """The manoeuvre classes as a head trained with ``manoeuvre_by_s = by_s``, ``manoeuvre_frame = frame`` and
-        ``manoeuvre_stop = stop`` knows them (``training.data.labels.manoeuvre_classes``)."""
+    def manoeuvre_classes(
+        self, by_s: float | None, frame: ManoeuvreFrame = "ego", stop: bool = False, stop_by_s: float | None = None
+    ) -> np.ndarray:
+        """The manoeuvre classes as a head trained with ``manoeuvre_by_s = by_s``, ``manoeuvre_frame = frame``,
+        ``manoeuvre_stop = stop`` and ``manoeuvre_stop_by_s = stop_by_s`` knows them
+        (``training.data.labels.manoeuvre_classes``)."""
         routes = np.stack([o["route"] for o in self.observations]) if frame == "route" else None
-        return manoeuvre_classes(self.manoeuvres, self.targets, by_s, frame, routes, stop)
+        return manoeuvre_classes(self.manoeuvres, self.targets, by_s, frame, routes, stop, stop_by_s)
 
 
 def card_path(dataset: str | Path) -> Path:

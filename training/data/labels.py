@@ -203,6 +203,7 @@ def manoeuvre_classes(
     frame: ManoeuvreFrame = "ego",
     routes: np.ndarray | None = None,
     stop: bool = False,
+    stop_by_s: float | None = None,
 ) -> np.ndarray:
     """The manoeuvre classes as a head trained with ``manoeuvre_by_s = by_s`` and ``manoeuvre_frame = frame``
     knows them. ``ego``: :func:`manoeuvre_under_way`, the start of a lane change. Half-way through one the car
@@ -212,14 +213,16 @@ def manoeuvre_classes(
     class's start, where the future ends further from the route's centre than the car is now); a lane change
     is named until the car drives back, and the way back from an offset is ``keep_lane``. ``route`` needs the
     ``routes`` ``[B, P, 2]`` (ego frame, as the observations give them). With ``stop`` (``[model]
-    manoeuvre_stop``) a ``keep_lane`` future that stops within ``by_s`` (:func:`stops_by`) is ``stop``."""
+    manoeuvre_stop``) a ``keep_lane`` future that stops within ``stop_by_s`` (None: ``by_s``; :func:`stops_by`)
+    is ``stop``: a stop can be named earlier than a lane change, from where the expert starts braking."""
     if frame not in MANOEUVRE_FRAMES:
         raise ValueError(f"manoeuvre_frame must be one of {MANOEUVRE_FRAMES}, got {frame!r}")
     classes = _lane_classes(manoeuvres, targets, by_s, frame, routes)
     if not stop:
         return classes
     keep = MANOEUVRES.index("keep_lane")
-    return np.where((classes == keep) & stops_by(targets, by_s), MANOEUVRES.index("stop"), classes)
+    stopping = stops_by(targets, by_s if stop_by_s is None else stop_by_s)
+    return np.where((classes == keep) & stopping, MANOEUVRES.index("stop"), classes)
 
 
 def _lane_classes(

@@ -44,7 +44,10 @@ class Demonstrations:
         if vla and policy.plans_a_manoeuvre:  # given the data's manoeuvre, as in SFT
             options["manoeuvres"] = torch.from_numpy(
                 batch.manoeuvre_classes(
-                    policy.config.manoeuvre_by_s, policy.config.manoeuvre_frame, policy.config.manoeuvre_stop
+                    policy.config.manoeuvre_by_s,
+                    policy.config.manoeuvre_frame,
+                    policy.config.manoeuvre_stop,
+                    policy.config.manoeuvre_stop_by_s,
                 )
             )
         losses = policy.losses(batch.observations, batch.reasoning, targets, generator=gen, **options)

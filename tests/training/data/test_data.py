@@ -401,8 +401,8 @@ def test_a_lane_change_not_under_way_by_then_reads_as_keep_lane():
 
 def test_a_moving_future_that_stands_by_then_is_a_stop_and_a_lane_change_stays_a_change():
     """``manoeuvre_classes(stop=True)``: a future that keeps its lane, moves at its start and stands (below 0.3
-    m/s over a 0.1 s step) by ``by_s`` is ``stop``; one that stands later, one already standing, and a lane
-    change that stops are not; without ``stop`` the classes are the lane's three."""
+    m/s over a 0.1 s step) by ``by_s`` (or ``stop_by_s``) is ``stop``; one that stands later, one already
+    standing, and a lane change that stops are not; without ``stop`` the classes are the lane's three."""
     from agents.vla.manoeuvre import MANOEUVRES
     from training.data.labels import manoeuvre_classes, stops_by
 
@@ -425,6 +425,15 @@ def test_a_moving_future_that_stands_by_then_is_a_stop_and_a_lane_change_stays_a
     assert manoeuvre_classes(recorded, targets, 3.0, stop=True).tolist() == [stop, keep, keep, keep, left]
     assert manoeuvre_classes(recorded, targets, None, stop=True).tolist() == [stop, stop, keep, keep, left]
     assert manoeuvre_classes(recorded, targets, 3.0).tolist() == [keep, keep, keep, keep, left]
+    # the stop's own time (manoeuvre_stop_by_s): the later stop named too, the lane change still read at 3 s
+    assert manoeuvre_classes(recorded, targets, 3.0, stop=True, stop_by_s=6.4).tolist() == [
+        stop,
+        stop,
+        keep,
+        keep,
+        left,
+    ]
+    assert manoeuvre_classes(recorded, targets, None, stop=True, stop_by_s=1.5).tolist() == [keep] * 4 + [left]
 
 
 def test_a_lane_change_in_the_routes_frame_is_named_until_the_car_drives_back():
