@@ -27,7 +27,7 @@ from agents.base import ObservationSetup
 from agents.policy import load_policy
 from agents.vla import VLA, action_space, route_prior
 from agents.vla.config import VLAConfig
-from agents.vla.manoeuvre import manoeuvre_names
+from agents.vla.manoeuvre import MANOEUVRES, manoeuvre_names
 from agents.vla.model import state_features
 from training import dagger
 from training.averaging import WeightAverage
@@ -102,6 +102,8 @@ def manoeuvre_origins(dataset: DrivingDataset, config: VLAConfig) -> list[list[l
     origins = []
     for k, name in enumerate(manoeuvre_names(config.manoeuvre_stop)):
         chosen = torch.from_numpy(classes == k)
+        if name == "keep_lane" and config.keep_origin_with_stops:  # the start a head without the stop class has
+            chosen |= torch.from_numpy(classes == MANOEUVRES.index("stop"))
         if not bool(chosen.any()):
             raise DatasetError(
                 f"{dataset.path}: no sample of manoeuvre {name!r}; [model] manoeuvre_origin starts each manoeuvre's "

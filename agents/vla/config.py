@@ -80,6 +80,12 @@ class VLAConfig(BaseModel):
         "manoeuvre_by_s. Longer names the stop from where the expert starts braking, before the car is close to "
         "its line (stop 87: chosen 6-8 m before a stop sign at 3 s). Set in SFT's [model]",
     )
+    keep_origin_with_stops: bool = Field(
+        False,
+        description="with manoeuvre_stop and manoeuvre_origin, a keep_lane plan starts from the mean of the keep "
+        "and stop classes' futures, as without the stop class: the stops' braking stays in the keep class's start "
+        "(taken out, a plan behind a braking car brakes less; stop 88). Set in SFT's [model]",
+    )
     manoeuvre_in_state: bool = Field(
         False,
         description="the action expert's state token also carries a manoeuvre (one-hot): the data's own in "

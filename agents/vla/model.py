@@ -233,6 +233,11 @@ class VLA(nn.Module, TrainableParts):
             )
         if config.manoeuvre_stop_by_s is not None and not config.manoeuvre_stop:
             raise ValueError("manoeuvre_stop_by_s: the time names the stop class, and manoeuvre_stop is off")
+        if config.keep_origin_with_stops and not (config.manoeuvre_stop and config.manoeuvre_origin):
+            raise ValueError(
+                "keep_origin_with_stops: the keep class's start with the stops needs manoeuvre_stop and "
+                "manoeuvre_origin"
+            )
         if config.manoeuvres and config.manoeuvres != len(manoeuvre_names(config.manoeuvre_stop)):
             raise ValueError(
                 f"manoeuvres = {config.manoeuvres}, but a head with manoeuvre_stop = {config.manoeuvre_stop} chooses "

@@ -392,6 +392,13 @@ def test_manoeuvre_origins_are_each_classs_mean_plan_and_data_without_a_class_is
             if (classes == k).any():
                 torch.testing.assert_close(origins[k], normalised[torch.from_numpy(classes == k)].mean(0))
     assert origins[MANOEUVRES.index("stop"), :10, 0].mean() < origins[0, :10, 0].mean() - 0.5  # it brakes
+    # keep_origin_with_stops: keep's start is a head's without the stop class (its braking kept), the rest unchanged
+    keep = MANOEUVRES.index("keep_lane")
+    with_stops = torch.tensor(manoeuvre_origins(data, config.model_copy(update={"keep_origin_with_stops": True})))
+    without_class = torch.tensor(manoeuvre_origins(data, config.model_copy(update={"manoeuvre_stop": False})))
+    torch.testing.assert_close(with_stops[keep], without_class[keep])
+    assert not torch.allclose(with_stops[keep], origins[keep])
+    torch.testing.assert_close(with_stops[keep + 1 :], origins[keep + 1 :])
     recipe = sft_recipe(tmp_path, dataset, steps=2, manoeuvre_weight=1.0)
     run = ["--config", str(recipe), "--run-dir", str(tmp_path / "run"), "--set", "model.manoeuvre_origin=true"]
     present = set(DrivingDataset(dataset).manoeuvres.tolist())

@@ -924,6 +924,8 @@ def test_a_stop_is_planned_when_the_head_chooses_it_and_never_held(observations)
         VLA(VLAConfig(manoeuvre_stop=True))
     with pytest.raises(ValueError, match="manoeuvre_stop_by_s: the time names the stop class, and manoeuvre_stop is"):
         VLA(VLAConfig(manoeuvres=3, manoeuvre_stop_by_s=6.4))
+    with pytest.raises(ValueError, match="keep_origin_with_stops: the keep class's start with the stops needs"):
+        VLA(VLAConfig(manoeuvres=4, manoeuvre_stop=True, keep_origin_with_stops=True))
 
 
 def test_a_hold_steps_each_episode_of_a_batch_alone_and_a_held_sample_is_scored_given_its_class(observations):
