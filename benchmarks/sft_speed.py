@@ -108,14 +108,7 @@ def paired_steps(config: str, checkpoint: Path, blocks: int, steps: int = 10) ->
             if model.perception_probe is not None:
                 options["perception"] = torch.from_numpy(batch.perception)
             if model.manoeuvre_head is not None:
-                options["manoeuvres"] = torch.from_numpy(
-                    batch.manoeuvre_classes(
-                        model.config.manoeuvre_by_s,
-                        model.config.manoeuvre_frame,
-                        model.config.manoeuvre_stop,
-                        model.config.manoeuvre_stop_by_s,
-                    )
-                )
+                options["manoeuvres"] = torch.from_numpy(batch.manoeuvre_classes_for(model.config))
             if mode == "given":
                 options["actions"] = torch.from_numpy(batch.actions)
             targets = torch.from_numpy(batch.targets)

@@ -294,14 +294,7 @@ def train_sft(
             if batch.actions is not None:
                 options["actions"] = torch.from_numpy(batch.actions)
             if give_manoeuvres:
-                options["manoeuvres"] = torch.from_numpy(
-                    batch.manoeuvre_classes(
-                        model.config.manoeuvre_by_s,
-                        model.config.manoeuvre_frame,
-                        model.config.manoeuvre_stop,
-                        model.config.manoeuvre_stop_by_s,
-                    )
-                )
+                options["manoeuvres"] = torch.from_numpy(batch.manoeuvre_classes_for(model.config))
             with autocast:
                 losses = model.losses(
                     batch.observations,

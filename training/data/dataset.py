@@ -7,7 +7,7 @@ import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -16,6 +16,9 @@ import zarr
 from agents.vla import action_space
 from agents.vla.manoeuvre import ManoeuvreFrame
 from training.data.labels import manoeuvre_class, manoeuvre_classes
+
+if TYPE_CHECKING:
+    from agents.vla.config import VLAConfig
 
 # 3: the cameras show cars' brake lights (2: the target's yaw is the direction of motion)
 FORMAT = "loopdrive-driving-data/3"
@@ -92,6 +95,12 @@ class SampleBatch(NamedTuple):
         (``training.data.labels.manoeuvre_classes``)."""
         routes = np.stack([o["route"] for o in self.observations]) if frame == "route" else None
         return manoeuvre_classes(self.manoeuvres, self.targets, by_s, frame, routes, stop, stop_by_s)
+
+    def manoeuvre_classes_for(self, config: VLAConfig) -> np.ndarray:
+        """:meth:`manoeuvre_classes` as the VLA of ``config`` was trained to read them (SFT, RL's anchor)."""
+        return self.manoeuvre_classes(
+            config.manoeuvre_by_s, config.manoeuvre_frame, config.manoeuvre_stop, config.manoeuvre_stop_by_s
+        )
 
 
 def card_path(dataset: str | Path) -> Path:

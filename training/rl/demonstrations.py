@@ -42,14 +42,7 @@ class Demonstrations:
         targets = torch.from_numpy(batch.targets).to(policy.device)
         options = {} if batch.actions is None else {"actions": torch.from_numpy(batch.actions)}
         if vla and policy.plans_a_manoeuvre:  # given the data's manoeuvre, as in SFT
-            options["manoeuvres"] = torch.from_numpy(
-                batch.manoeuvre_classes(
-                    policy.config.manoeuvre_by_s,
-                    policy.config.manoeuvre_frame,
-                    policy.config.manoeuvre_stop,
-                    policy.config.manoeuvre_stop_by_s,
-                )
-            )
+            options["manoeuvres"] = torch.from_numpy(batch.manoeuvre_classes_for(policy.config))
         losses = policy.losses(batch.observations, batch.reasoning, targets, generator=gen, **options)
         return losses["flow"] + (losses["text"] if self.with_text else 0.0)
 
