@@ -3,7 +3,8 @@ driving style: a close follower's states, labelled by the expert, are data the e
 ``constant_velocity``, ``stop``, ``vla:PATH`` (a saved VLA;
 ``vla:PATH?reasoning=0`` for trajectory only, ``&noise=0`` for the deterministic plan, ``&steps=N`` for
 N denoising steps instead of the model's own, ``&guidance=W`` for context guidance, ``&hold=N`` to hold a
-lane change, ``&perception=oracle`` for the privileged world's answers in place of the probe's, or
+lane change, ``&route_shift=M`` to move the route the plan reads M metres into the lane it holds,
+``&perception=oracle`` for the privileged world's answers in place of the probe's, or
 ``&perception=lead_gap,lead_closing_speed`` for those answers only, ``&closing=tracked`` for the
 closing speed read as the gap's fall between decisions), ``alpamayo:PATH``
 (a checkpoint in Alpamayo-R1's released layout; ``?base=DIR`` for its base VLM folder), ``sb3:PATH``
@@ -29,6 +30,7 @@ VLA_OPTIONS = {
     "steps": "<n >= 1>",
     "guidance": "<w> or <w_accel>,<w_lateral>",
     "hold": "<decisions >= 0>",
+    "route_shift": "<metres >= 0, with hold>",
     "perception": "probe|oracle|<targets from the world, e.g. lead_gap,lead_closing_speed>",
     "closing": "probe|tracked",
 }
@@ -107,6 +109,7 @@ def load_agent(spec: str) -> Agent:
                 flow_steps=int(steps) or None,
                 guidance=guidance,
                 hold=int(hold),
+                route_shift=_number(spec, options, "route_shift", 0.0),
                 perception=options.get("perception", "probe"),
                 closing=options.get("closing", "probe"),
             )

@@ -21,6 +21,10 @@
   own state, from ``zm0``'s second DAgger round) whose gap the probe misreads most, its front-wide and tele
   cameras as the VLA gets them, with the gap and the probe's reading (skipped where that run is not on this
   machine);
+- ``images/route_shift.png``: where the SFT recipe's car drives in three ``overtake`` and a ``parked_blocking``
+  episode of ``core_large`` val with the head's lane change held alone and held with the route moved into
+  that lane (``route_shift``), from two evaluations' traces (skipped where those runs are not on this
+  machine);
 - ``images/report.png``: the top of an evaluation report (``loopdrive eval`` on four smoke scenarios),
   as headless Chromium renders it (skipped when no Chromium is installed).
 """
@@ -336,6 +340,61 @@ def near_misreads(
     return save_rows(rows, name)
 
 
+def route_shift_paths(
+    runs: dict[str, Path],
+    scenarios: tuple[str, ...] = ("overtake-040", "overtake-047", "overtake-052", "parked_blocking-047"),
+    name: str = "route_shift.png",
+) -> Path | None:
+    """Per scenario, the lanes of its road and the path each evaluation's car drove (collisions starred):
+    lateral position against distance, stretched across so that a lane change shows."""
+    import json
+
+    import matplotlib
+    import numpy as np
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from evaluation.report import TRACE_DT, _map_lines
+    from scenarios import load_bank
+
+    if not all((run / "episodes.jsonl").exists() for run in runs.values()):
+        return None
+    bank = load_bank("core_large", split="val")
+    by_id = {s.id: s for s in bank.scenarios}
+    episodes = {
+        label: {r["scenario"]: r for r in map(json.loads, (run / "episodes.jsonl").read_text().splitlines())}
+        for label, run in runs.items()
+    }
+    fig, axes = plt.subplots(len(scenarios), 1, figsize=(10, 2.0 * len(scenarios)), sharex=True)
+    for ax, scenario in zip(axes, scenarios):
+        lanes, _ = _map_lines(by_id[scenario], bank.path)
+        for polygon in lanes:
+            ax.fill(polygon[:, 0], polygon[:, 1], color="0.9", edgecolor="0.6", lw=0.6)
+        for color, (label, records) in enumerate(episodes.items()):
+            r = records[scenario]
+            xy = np.asarray(r["trace"], float)
+            ax.plot(xy[:, 0], xy[:, 1], color=f"C{color}", lw=1.8, label=label)
+            for inf in r["infractions"]:
+                if inf["type"].startswith("collision"):
+                    i = min(int(round(inf["t"] / TRACE_DT)), len(xy) - 1)
+                    ax.plot(*xy[i], "*", color=f"C{color}", ms=14, mec="k")
+            ax.set_title(
+                f"{scenario}: " + ", ".join(f"{lab} {rec[scenario]['score']:.0f}" for lab, rec in episodes.items()),
+                fontsize=9,
+            )
+        ax.set_xlim(0, 260)
+        ax.set_ylim(-8, 5)
+        ax.set_ylabel("y (m)", fontsize=8)
+    axes[-1].set_xlabel("x (m)")
+    axes[0].legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path = IMAGES / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def report(chromium: str) -> Path:
     from evaluation import EvalConfig, evaluate
 
@@ -369,6 +428,11 @@ if __name__ == "__main__":
     print(blind_plan(recipe) or f"{recipe} missing: images/blind_plan.png not remade")
     zm0 = Path("runs/s80/zm0")  # the zoom rig's draw (docs/experiments/rl.md, stops 80 and 81)
     print(near_misreads(zm0) or f"{zm0} missing: images/near_misreads.png not remade")
+    shift_runs = {  # the recipe's seed-0 draw of stop 88 on core_large val (docs/experiments/rl.md, stop 89)
+        "hold=6": Path("runs/s89_recipe_val"),
+        "hold=12&route_shift=3.5": Path("runs/s89c_shiftkeep_h12_val"),
+    }
+    print(route_shift_paths(shift_runs) or "the stop-89 val runs are missing: images/route_shift.png not remade")
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser:
         print(report(browser))

@@ -233,6 +233,9 @@ class EvalSection(_Section):
     noise: float = Field(1.0, ge=0)  # the flow's initial-noise scale (0: the deterministic plan)
     guidance: list[float] | None = Field(None, min_length=1, max_length=2)  # context guidance (accel[, lateral])
     hold: int = Field(0, ge=0)  # decisions a lane change the manoeuvre head chooses is planned for (0: none)
+    # metres the route the plan reads moves into the lane a held change goes to (agents.vla.route_shift;
+    # 0: none; needs hold)
+    route_shift: float = Field(0.0, ge=0)
     workers: int = 0
     # a split (e.g. "val") for model selection: the periodic evaluations run there and ``final`` is the
     # checkpoint that scored best (for RL, the starting policy is a candidate too); None: final = the last
@@ -245,6 +248,8 @@ class EvalSection(_Section):
             options += "&guidance=" + ",".join(f"{w:g}" for w in self.guidance)
         if self.hold:
             options += f"&hold={self.hold}"
+        if self.route_shift:
+            options += f"&route_shift={self.route_shift:g}"
         return options
 
 

@@ -2,6 +2,8 @@
 ``flow_steps`` overrides the model's denoising steps; ``guidance`` is context guidance's weight, one or
 one per action dimension, for a model trained with ``flow_unconditional``; ``hold`` keeps a lane change
 the manoeuvre head chooses for that many decisions, for a model whose plan is given its manoeuvre;
+``route_shift`` moves the route the plan reads that many metres (a lane) to the side of the change held,
+and back when the hold ends (:mod:`agents.vla.route_shift`);
 ``perception=oracle`` gives the plan the privileged world's answers where the probe's reading goes,
 for a model with ``perception_in_state``: a diagnostic of what the plan would do if it saw perfectly,
 never a driver to score as the VLA; ``perception=lead_gap,lead_closing_speed`` gives it the world's
@@ -26,6 +28,7 @@ from agents.vla.perception import (
     LeadTracker,
     perception_targets,
 )
+from agents.vla.route_shift import RouteShift
 from rewards.scene import scene_facts
 
 PERCEPTION_SOURCES = ("probe", "oracle")  # what the plan's state token is given as what is ahead
@@ -61,6 +64,7 @@ class VLAAgent(ModelAgent):
         flow_steps: int | None = None,
         guidance: Guidance | None = None,
         hold: int = 0,
+        route_shift: float = 0.0,
         perception: str = "probe",
         closing: str = "probe",
     ) -> None:
@@ -73,6 +77,11 @@ class VLAAgent(ModelAgent):
         self.model.check_guidance(guidance)  # at load time, not at the first decision
         if hold and (why := why_nothing_to_hold(self.model)):
             raise ValueError(f"hold = {hold}: this VLA cannot hold a manoeuvre: {why}")
+        if route_shift < 0 or (route_shift and not hold):
+            raise ValueError(f"route_shift = {route_shift}: give metres >= 0, with a hold (the lane change it moves)")
+        if route_shift and not self.model.config.route_inputs:
+            raise ValueError("route_shift: this VLA reads no route (its vla_config.json has route_inputs = false)")
+        self.route_shift = route_shift
         self.from_world = targets_from_world(perception)
         if closing not in CLOSING_SOURCES:
             raise ValueError(f"closing must be one of {CLOSING_SOURCES}, got {closing!r}")
@@ -84,12 +93,17 @@ class VLAAgent(ModelAgent):
         self.perception, self.closing = perception, closing
         self._world_columns = [PERCEPTION_TARGETS.index(name) for name in self.from_world]
         self._held: ManoeuvreHold | None = None
+        self._shift: RouteShift | None = None
         self._tracker: LeadTracker | None = None
         self._world: Any = None
 
     def reset(self, episode_info: dict[str, Any]) -> None:
         super().reset(episode_info)
         self._held = ManoeuvreHold(self.hold) if self.hold else None
+        if self.route_shift:
+            if "decision_s" not in episode_info:
+                raise ValueError("route_shift: reset the agent with episode_info['decision_s'] (its period)")
+            self._shift = RouteShift(self.route_shift, float(episode_info["decision_s"]))
         self._world = episode_info.get("world") if isinstance(episode_info, dict) else None
         if self.closing == "tracked":
             if "decision_s" not in episode_info:
@@ -102,6 +116,8 @@ class VLAAgent(ModelAgent):
             if len(observations) != 1:
                 raise ValueError(f"hold: an agent holds one episode's manoeuvre; {len(observations)} observations")
             choose = self._hold
+        if self._shift is not None and self._held is not None:
+            observations = [self._shift(observations[0], self._held)]
         outs = self.model.act_batch(
             observations,
             self.reasoning,
@@ -133,4 +149,7 @@ class VLAAgent(ModelAgent):
 
     def _hold(self, chosen: torch.Tensor) -> torch.Tensor:
         """The manoeuvre planned: the head's choice, or the lane change this episode holds."""
-        return chosen.new_tensor([self._held(int(c)) for c in chosen])
+        planned = [self._held(int(c)) for c in chosen]
+        if self._shift is not None:  # on a route moved into the lane, the plan keeps that lane
+            planned = [self._shift.planned(p) for p in planned]
+        return chosen.new_tensor(planned)

@@ -201,6 +201,15 @@ def test_vla_spec_options(tmp_path):
     for bad in ("-1", "2.5"):
         with pytest.raises(AgentSpecError, match="hold must be a whole number"):
             load_agent(f"vla:{tmp_path / 'manoeuvre'}?hold={bad}")
+    assert load_agent(f"vla:{tmp_path / 'manoeuvre'}?hold=6&route_shift=3.5").route_shift == 3.5
+    for bad in ("route_shift=3.5", "hold=6&route_shift=-1"):  # no hold to move the route with; a negative lane
+        with pytest.raises(AgentSpecError, match="give metres >= 0, with a hold"):
+            load_agent(f"vla:{tmp_path / 'manoeuvre'}?{bad}")
+    VLA(VLAConfig(size="tiny", manoeuvres=3, manoeuvre_in_state=True, route_inputs=False)).save_pretrained(
+        tmp_path / "routeless"
+    )
+    with pytest.raises(AgentSpecError, match="reads no route"):
+        load_agent(f"vla:{tmp_path / 'routeless'}?hold=6&route_shift=3.5")
     assert load_agent(f"vla:{tmp_path / 'vla'}").perception == "probe"
     with pytest.raises(AgentSpecError, match="plan reads no perception probe"):  # nothing to replace
         load_agent(f"vla:{tmp_path / 'vla'}?perception=oracle")

@@ -407,6 +407,8 @@ def test_manoeuvre_origins_are_each_classs_mean_plan_and_data_without_a_class_is
     assert f"{dataset}: no sample of manoeuvre {missing!r}" in capsys.readouterr().err
     # its evaluations (and DAgger rounds) can hold the head's lane changes
     assert load_recipe(recipe, ["eval.hold=6", "eval.noise=0"]).eval.agent_options() == "reasoning=0&noise=0&hold=6"
+    shifted = load_recipe(recipe, ["eval.hold=12", "eval.route_shift=3.5", "eval.noise=0"]).eval.agent_options()
+    assert shifted == "reasoning=0&noise=0&hold=12&route_shift=3.5"
 
 
 def test_with_route_origin_each_manoeuvres_origin_is_its_mean_residual_from_the_routes_actions(dataset):

@@ -1,0 +1,90 @@
+"""A held lane change drawn into the route: with ``route_shift`` the route a VLA agent's plan reads moves
+a lane to the side its manoeuvre head chose to change to, for as long as the hold keeps that change, and
+back after it; on the moved route the plan is given ``keep_lane``.
+
+Given its manoeuvre alone, the tiny VLA's plan leaves its lane by 1-2 m in 6.4 s, and once the car is
+half a metre out it steers back to the route it reads (the data teaches it to: the expert's way back from
+``offset_ego``'s branches), so a held change creeps out and the car runs into the car it meant to pass
+(stop 89: 19 of 20 ``overtake`` episodes on ``core_large`` test). What the plan does follow is its route.
+So the head decides the lane and the route is drawn there, the way a lane-level route hands a driving
+policy its lane changes (a CARLA route's waypoints move across the lane it changes into). The route moves
+across as the expert moves across: a smoothstep over 2.5 s of driving at the speed now (no less than
+4.5 m), along the route's own normals, so it bends with a curve; the lateral and heading error the ego
+state reads move with it. The plan is then given ``keep_lane``: the change class starts the flow from
+the mean lane change, which on a route already moved carries the car a lane too far (measured: 2-4 m
+into the oncoming lane). A hold's end brings the route back the same way.
+
+Only the observation and the class planned change: the cameras, the head and the weights are the
+model's. The shift follows the hold one decision late (the decision a change is chosen plans it from
+its class alone), since the head chooses after the VLM has read the route.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agents.expert import MIN_RAMP_M, RAMP_S  # the route moves across as the expert does
+from agents.vla.manoeuvre import MANOEUVRES, ManoeuvreHold
+from scenarios.maps import smoothstep
+
+LATERAL_ERROR, HEADING_ERROR = 5, 6  # the ego state's errors to the route (envs.observations.ego_state)
+KEEP = MANOEUVRES.index("keep_lane")
+SIDES = {MANOEUVRES.index("change_left"): 1, MANOEUVRES.index("change_right"): -1}  # + is the ego's left
+
+
+def route_normals(route: np.ndarray) -> np.ndarray:
+    """Unit left normals ``[P, 2]`` of an ego-frame polyline ``[P, 2]`` (x forward, y left)."""
+    tangent = np.gradient(route, axis=0) if len(route) > 1 else np.array([[1.0, 0.0]])
+    tangent = tangent / np.maximum(np.linalg.norm(tangent, axis=1, keepdims=True), 1e-6)
+    return np.stack([-tangent[:, 1], tangent[:, 0]], 1)
+
+
+@dataclass
+class RouteShift:
+    """One episode's route, moved ``metres`` to the side of the lane change ``hold`` holds; each call
+    returns the observation with the route moved and advances the move across by ``decision_s`` of
+    driving at the observed speed."""
+
+    metres: float
+    decision_s: float
+    start: float = 0.0  # the route's offset at the car when the current move began (left positive)
+    goal: float = 0.0  # where the current move takes it
+    driven: float = 0.0  # metres driven since the current move began
+    ramp: float = MIN_RAMP_M  # metres the current move takes
+
+    def __call__(self, observation: dict[str, Any], hold: ManoeuvreHold) -> dict[str, Any]:
+        side = SIDES.get(hold.held, 0) if hold.left > 0 else 0
+        speed = max(float(observation["ego_state"][0]), 0.0)
+        if side * self.metres != self.goal:  # a new move: from wherever the route is now
+            self.start, self.goal = float(self.offset_at(0.0)), side * self.metres
+            self.driven, self.ramp = 0.0, max(MIN_RAMP_M, RAMP_S * speed)
+        moved = self.moved(observation)
+        self.driven += speed * self.decision_s
+        return moved
+
+    def planned(self, manoeuvre: int) -> int:
+        """The class the plan is given for the hold's ``manoeuvre``: keep the lane where the route has been
+        moved to that side already (the route carries the change; the class again would move it twice)."""
+        side = SIDES.get(manoeuvre, 0)
+        return KEEP if side and self.goal == side * self.metres else manoeuvre
+
+    def offset_at(self, ahead: np.ndarray | float) -> np.ndarray:
+        """The route's offset (m, left positive) ``ahead`` metres along it from where the car is."""
+        blend = smoothstep((self.driven + np.asarray(ahead, np.float64)) / self.ramp)
+        return self.start + (self.goal - self.start) * blend
+
+    def moved(self, observation: dict[str, Any]) -> dict[str, Any]:
+        """``observation`` with its route and the ego state's errors to it moved by the offsets now."""
+        if self.start == self.goal == 0.0:
+            return observation
+        route = np.asarray(observation["route"], np.float64)  # its first point: where the car is along it
+        ahead = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(route, axis=0), axis=1))])
+        ego = np.array(observation["ego_state"], np.float32)
+        here, step = self.offset_at(np.array([0.0, 0.5]))
+        ego[LATERAL_ERROR] -= here
+        ego[HEADING_ERROR] -= np.arctan((step - here) / 0.5)  # the moved route heads across by this much
+        shifted = route + self.offset_at(ahead)[:, None] * route_normals(route)
+        return observation | {"route": shifted.astype(np.float32), "ego_state": ego}
