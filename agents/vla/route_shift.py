@@ -2,17 +2,18 @@
 a lane to the side its manoeuvre head chose to change to, for as long as the hold keeps that change, and
 back after it; on the moved route the plan is given ``keep_lane``.
 
-Given its manoeuvre alone, the tiny VLA's plan leaves its lane by 1-2 m in 6.4 s, and once the car is
-half a metre out it steers back to the route it reads (the data teaches it to: the expert's way back from
-``offset_ego``'s branches), so a held change creeps out and the car runs into the car it meant to pass
-(stop 89: 19 of 20 ``overtake`` episodes on ``core_large`` test). What the plan does follow is its route.
-So the head decides the lane and the route is drawn there, the way a lane-level route hands a driving
-policy its lane changes (a CARLA route's waypoints move across the lane it changes into). The route moves
-across as the expert moves across: a smoothstep over 2.5 s of driving at the speed now (no less than
-4.5 m), along the route's own normals, so it bends with a curve; the lateral and heading error the ego
-state reads move with it. The plan is then given ``keep_lane``: the change class starts the flow from
-the mean lane change, which on a route already moved carries the car a lane too far (measured: 2-4 m
-into the oncoming lane). A hold's end brings the route back the same way.
+Given its manoeuvre alone, the tiny VLA's plan is 1.8-2.6 m to the side at 6.4 s (of a 3.5 m lane), and
+once the car is half a metre out it steers back to the route it reads (the data teaches it to: the
+expert's way back from ``offset_ego``'s branches), so a held change creeps out and the car runs into the
+car it meant to pass (stop 89: 19 of 20 ``overtake`` episodes on ``core_large`` test). What the plan does
+follow is its route. So the head decides the lane and the route is drawn there, the way a lane-level
+route hands a driving policy its lane changes (a CARLA route's waypoints move across the lane it changes
+into). The route moves across as the expert moves across: a smoothstep over 2.5 s of driving at the
+speed now (no less than 4.5 m), along the route's own normals, so it bends with a curve; the lateral and
+heading error the ego state reads move with it. The plan is then given ``keep_lane``: the change class
+starts the flow from the mean lane change, which on a route already moved carries the car a lane too far
+(measured: 2.8-4.2 m past the new lane's centre, into the oncoming lane). A hold's end brings the route
+back the same way.
 
 Only the observation and the class planned change: the cameras, the head and the weights are the
 model's. The shift follows the hold one decision late (the decision a change is chosen plans it from

@@ -56,7 +56,7 @@ def cluster(tmp_path_factory):
         )
     ]
     try:
-        deadline = time.monotonic() + 180  # two Ray nodes starting beside another test worker on 2 cores
+        deadline = time.monotonic() + 90
         while _nodes(address) < 1:
             assert time.monotonic() < deadline, "the head node did not come up"
             time.sleep(1)
