@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,10 +43,12 @@ def _nodes(address: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster():
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    temp = tmp_path_factory.mktemp("ray")
+    # a short folder: Ray's sockets live under it, and an AF_UNIX path has at most 107 bytes (under pytest's
+    # per-worker tmp folder the plasma store's path passed that once the session's process id had 5 digits)
+    temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     common = ["--num-cpus=1", "--disable-usage-stats", "--block"]
     procs = [
         subprocess.Popen(
