@@ -35,13 +35,14 @@ if __package__ in (None, ""):
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from envs.observations import LATERAL_ERROR  # the ego state's lateral error (its sign opposite to the route's offset)
+
 STEP_3S = 29  # the pose at 3.0 s (64 poses, 0.1 s apart, the first at 0.1 s)
 MIN_TURN = 0.05  # rad: futures that turn less say nothing about turning (evaluation.steering's threshold)
 MIN_SLOWING = 1.0  # m/s over 3 s: futures that slow less say nothing about braking
 STRAIGHT_FAMILIES = ("straight", "traffic_jam", "pedestrian_crossing")  # roads without a bend or a lane change
 OFFSET_M = 1.5  # how far the offset response moves the route
 WARMUP_DECISIONS = 6  # the rendered offset response's decisions of the expert first: 3 s, at speed
-LATERAL_ERROR = 5  # the ego state's lateral error to the route (its sign opposite to the route's offset)
 
 
 def turn_pairs(futures: np.ndarray, plans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -117,6 +117,9 @@ def route_command_from_geometry(route_xy: np.ndarray, route_s: np.ndarray, s_now
     return COMMANDS.index("left" if turn > 0.5 else "right" if turn < -0.5 else "follow")
 
 
+LATERAL_ERROR, HEADING_ERROR = 5, 6  # where ego_state() holds the ego's lateral and heading error to the route
+
+
 def ego_state(world: World) -> np.ndarray:
     st = world.state
     return np.array(

@@ -52,6 +52,7 @@ from agents.vla.tokenizer import (
     history_tokens,
     route_tokens,
 )
+from envs.observations import HEADING_ERROR, LATERAL_ERROR
 
 SYSTEM = "You are a driving assistant."
 INSTRUCTION = "output the chain-of-thought reasoning of the driving process, then output the future trajectory"
@@ -164,7 +165,7 @@ _EGO_SCALE = np.array([20.0, 5.0, 0.5, 0.5, 20.0, 2.0, 0.5], np.float32)  # spee
 # lateral and heading error to the route
 
 
-_ROUTE_ERRORS = slice(5, 7)  # the ego state's lateral and heading error to the route
+_ROUTE_ERRORS = slice(LATERAL_ERROR, HEADING_ERROR + 1)  # the ego state's lateral and heading error to the route
 EGO_MOTION = slice(0, 4)  # the state token's speed, acceleration, yaw rate and steering
 
 

@@ -29,9 +29,9 @@ import numpy as np
 
 from agents.expert import MIN_RAMP_M, RAMP_S  # the route moves across as the expert does
 from agents.vla.manoeuvre import MANOEUVRES, ManoeuvreHold
+from envs.observations import HEADING_ERROR, LATERAL_ERROR
 from scenarios.maps import smoothstep
 
-LATERAL_ERROR, HEADING_ERROR = 5, 6  # the ego state's errors to the route (envs.observations.ego_state)
 KEEP = MANOEUVRES.index("keep_lane")
 SIDES = {MANOEUVRES.index("change_left"): 1, MANOEUVRES.index("change_right"): -1}  # + is the ego's left
 
@@ -41,6 +41,20 @@ def route_normals(route: np.ndarray) -> np.ndarray:
     tangent = np.gradient(route, axis=0) if len(route) > 1 else np.array([[1.0, 0.0]])
     tangent = tangent / np.maximum(np.linalg.norm(tangent, axis=1, keepdims=True), 1e-6)
     return np.stack([-tangent[:, 1], tangent[:, 0]], 1)
+
+
+def move_route(observation: dict[str, Any], offsets: np.ndarray | float, turn: float = 0.0) -> dict[str, Any]:
+    """``observation`` (not changed) with its route's points moved ``offsets`` metres (one, or one per point;
+    left positive) along the route's normals, and the ego state's errors to it with them: the lateral error by
+    the first point's offset, the heading error by ``turn`` (rad, left positive), how far the moved route
+    heads across at the car."""
+    route = np.asarray(observation["route"], np.float64)
+    offsets = np.broadcast_to(np.asarray(offsets, np.float64), len(route))
+    ego = np.array(observation["ego_state"], np.float32)
+    ego[LATERAL_ERROR] -= offsets[0]
+    ego[HEADING_ERROR] -= turn
+    moved = route + offsets[:, None] * route_normals(route)
+    return observation | {"route": moved.astype(np.float32), "ego_state": ego}
 
 
 @dataclass
@@ -83,9 +97,5 @@ class RouteShift:
             return observation
         route = np.asarray(observation["route"], np.float64)  # its first point: where the car is along it
         ahead = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(route, axis=0), axis=1))])
-        ego = np.array(observation["ego_state"], np.float32)
         here, step = self.offset_at(np.array([0.0, 0.5]))
-        ego[LATERAL_ERROR] -= here
-        ego[HEADING_ERROR] -= np.arctan((step - here) / 0.5)  # the moved route heads across by this much
-        shifted = route + self.offset_at(ahead)[:, None] * route_normals(route)
-        return observation | {"route": shifted.astype(np.float32), "ego_state": ego}
+        return move_route(observation, self.offset_at(ahead), np.arctan((step - here) / 0.5))
