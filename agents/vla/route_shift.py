@@ -13,7 +13,16 @@ speed now (no less than 4.5 m), along the route's own normals, so it bends with 
 heading error the ego state reads move with it. The plan is then given ``keep_lane``: the change class
 starts the flow from the mean lane change, which on a route already moved carries the car a lane too far
 (measured: 2.8-4.2 m past the new lane's centre, into the oncoming lane). A hold's end brings the route
-back the same way.
+back the same way. A change is a lane from where the route is drawn: the head's change to the other
+side, chosen in the moved lane (its classes are the ego frame's), brings the route back to where it runs,
+not a lane past it (stop 89 drew it there, and three val overtakes drove off the road beyond their lane).
+
+A change the route makes itself is not drawn again: where the route the car reads already bends half the
+shift or more to the chosen side of the line it starts along (a ramp merging into the lane to its left, a
+lane change on a lane-level route, a curve), the head has named the route's own move (its classes are the
+ego frame's: the expert's future moves across with the route) and moving the route a lane further takes
+the car two lanes across (stop 89: ``highway_merge`` -7.9 on val in one draw). That hold plans its change
+class on the route as it is, as a hold without the shift does.
 
 Only the observation and the class planned change: the cameras, the head and the weights are the
 model's. The shift follows the hold one decision late (the decision a change is chosen plans it from
@@ -43,6 +52,18 @@ def route_normals(route: np.ndarray) -> np.ndarray:
     return np.stack([-tangent[:, 1], tangent[:, 0]], 1)
 
 
+def route_bends_to(route: np.ndarray, side: int, metres: float) -> bool:
+    """Whether an ego-frame route ``[P, 2]`` moves ``metres`` or more to ``side`` (+1 left, -1 right) of the
+    straight line along its first segment: a move across (or a curve) the route makes itself."""
+    route = np.asarray(route, np.float64)
+    if len(route) < 2 or not side:
+        return False
+    along = route[1] - route[0]
+    along = along / max(float(np.linalg.norm(along)), 1e-9)
+    across = (route - route[0]) @ np.array([-along[1], along[0]])
+    return bool((side * across).max() >= metres)
+
+
 def move_route(observation: dict[str, Any], offsets: np.ndarray | float, turn: float = 0.0) -> dict[str, Any]:
     """``observation`` (not changed) with its route's points moved ``offsets`` metres (one, or one per point;
     left positive) along the route's normals, and the ego state's errors to it with them: the lateral error by
@@ -69,22 +90,31 @@ class RouteShift:
     goal: float = 0.0  # where the current move takes it
     driven: float = 0.0  # metres driven since the current move began
     ramp: float = MIN_RAMP_M  # metres the current move takes
+    side: int = 0  # the side of the change held (+1 left, -1 right, 0: none)
+    route_moves: bool = False  # the route makes that move itself (read as the hold began)
 
     def __call__(self, observation: dict[str, Any], hold: ManoeuvreHold) -> dict[str, Any]:
         side = SIDES.get(hold.held, 0) if hold.left > 0 else 0
+        goal = self.goal
+        if side != self.side:  # a new hold, or its end
+            self.side, self.route_moves = side, route_bends_to(observation["route"], side, self.metres / 2)
+            # a change is a lane from where the route is drawn (the way back from a moved route is the route);
+            # the hold's end brings it back
+            across = self.goal + side * self.metres if side and not self.route_moves else 0.0
+            goal = float(np.clip(across, -self.metres, self.metres))
         speed = max(float(observation["ego_state"][0]), 0.0)
-        if side * self.metres != self.goal:  # a new move: from wherever the route is now
-            self.start, self.goal = float(self.offset_at(0.0)), side * self.metres
+        if goal != self.goal:  # a new move: from wherever the route is now
+            self.start, self.goal = float(self.offset_at(0.0)), goal
             self.driven, self.ramp = 0.0, max(MIN_RAMP_M, RAMP_S * speed)
         moved = self.moved(observation)
         self.driven += speed * self.decision_s
         return moved
 
     def planned(self, manoeuvre: int) -> int:
-        """The class the plan is given for the hold's ``manoeuvre``: keep the lane where the route has been
-        moved to that side already (the route carries the change; the class again would move it twice)."""
+        """The class the plan is given for the hold's ``manoeuvre``: keep the lane where the route is being
+        moved for that change already (the route carries it; the class again would move it twice)."""
         side = SIDES.get(manoeuvre, 0)
-        return KEEP if side and self.goal == side * self.metres else manoeuvre
+        return KEEP if side and side == self.side and not self.route_moves else manoeuvre
 
     def offset_at(self, ahead: np.ndarray | float) -> np.ndarray:
         """The route's offset (m, left positive) ``ahead`` metres along it from where the car is."""

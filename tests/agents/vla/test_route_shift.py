@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from agents.vla.manoeuvre import MANOEUVRES, ManoeuvreHold
-from agents.vla.route_shift import MIN_RAMP_M, RAMP_S, RouteShift, route_normals
+from agents.vla.route_shift import MIN_RAMP_M, RAMP_S, RouteShift, route_bends_to, route_normals
 
 LEFT, RIGHT, KEEP = (MANOEUVRES.index(m) for m in ("change_left", "change_right", "keep_lane"))
 
@@ -69,6 +69,58 @@ def test_a_right_change_moves_right_and_a_curve_moves_along_its_normals():
     offsets = moved["route"] - route
     np.testing.assert_allclose(np.linalg.norm(offsets, axis=1), 3.5, rtol=1e-3)
     np.testing.assert_allclose(np.einsum("pi,pi->p", offsets, route_normals(route)), -3.5, rtol=1e-3)
+
+
+def test_the_change_back_from_a_moved_route_is_the_route():
+    speed, decision_s = 10.0, 0.5
+    shift, hold = RouteShift(3.5, decision_s), ManoeuvreHold(12)
+    hold(LEFT)
+    for _ in range(6):  # 30 m driven: the route is a lane to the left
+        moved = shift(observation(speed), hold)
+        hold(KEEP)
+    np.testing.assert_allclose(moved["route"][:, 1], 3.5, atol=1e-5)
+    hold(RIGHT)  # past the car: the head names the way back, a change to the right of where it drives
+    assert shift.planned(RIGHT) == RIGHT  # the decision that chooses it plans it from its class
+    for _ in range(6):
+        back = shift(observation(speed), hold)
+        assert shift.planned(RIGHT) == KEEP  # the route carries it: not a lane right of the route
+        hold(KEEP)
+    np.testing.assert_allclose(back["route"][:, 1], 0.0, atol=1e-5)  # back on the route, not a lane past it
+    assert back["ego_state"][5] == pytest.approx(0.2)
+
+
+def merging_route(across: float = 3.5) -> np.ndarray:
+    """A route that moves ``across`` metres to the left between 20 and 50 m ahead and drives on parallel."""
+    x = np.arange(32) * 2.0
+    t = np.clip((x - 20.0) / 30.0, 0, 1)
+    return np.stack([x, across * t * t * (3 - 2 * t)], 1)
+
+
+def test_which_side_a_route_bends_to():
+    straight = np.stack([np.arange(32) * 2.0, np.zeros(32)], 1)
+    angle = np.linspace(0, 1.0, 32)
+    left_arc = 60.0 * np.stack([np.sin(angle), 1 - np.cos(angle)], 1)
+    assert not route_bends_to(straight, 1, 1.75) and not route_bends_to(straight, -1, 1.75)
+    assert route_bends_to(merging_route(), 1, 1.75) and not route_bends_to(merging_route(), -1, 1.75)
+    assert not route_bends_to(merging_route(1.5), 1, 1.75)  # less than half a lane across
+    assert route_bends_to(left_arc, 1, 1.75) and not route_bends_to(left_arc, -1, 1.75)
+    assert route_bends_to(left_arc @ np.diag([1.0, -1.0]), -1, 1.75)  # the mirror image bends right
+    turned = straight @ np.array([[np.cos(0.3), np.sin(0.3)], [-np.sin(0.3), np.cos(0.3)]])
+    assert not route_bends_to(turned, 1, 1.75)  # a straight route the car is not aligned with
+
+
+def test_a_change_the_route_makes_itself_is_not_drawn_again():
+    shift, hold = RouteShift(3.5, 0.5), ManoeuvreHold(8)
+    hold(LEFT)  # the head names the merge ahead a change to the left
+    obs = observation(10.0, merging_route())
+    for _ in range(6):
+        assert shift(obs, hold) is obs  # the route already carries the car across
+        assert shift.planned(LEFT) == LEFT  # planned from its class, as a hold without the shift
+        hold(KEEP)
+    shift, hold = RouteShift(3.5, 0.5), ManoeuvreHold(8)
+    hold(RIGHT)  # a change to the other side is drawn as on any route
+    moved = shift(observation(10.0, merging_route()), hold)
+    assert moved["route"][-1, 1] == pytest.approx(3.5 - 3.5, abs=1e-4) and shift.planned(RIGHT) == KEEP
 
 
 def test_the_agent_plans_on_the_moved_route_while_it_holds_a_change(tmp_path, monkeypatch):
