@@ -347,14 +347,13 @@ def route_shift_paths(
 ) -> Path | None:
     """Per scenario, the lanes of its road and the path each evaluation's car drove (collisions starred):
     lateral position against distance, stretched across so that a lane change shows."""
-    import json
-
     import matplotlib
     import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from evaluation.journal import read_episodes
     from evaluation.report import TRACE_DT, _map_lines
     from scenarios import load_bank
 
@@ -362,10 +361,7 @@ def route_shift_paths(
         return None
     bank = load_bank("core_large", split="val")
     by_id = {s.id: s for s in bank.scenarios}
-    episodes = {
-        label: {r["scenario"]: r for r in map(json.loads, (run / "episodes.jsonl").read_text().splitlines())}
-        for label, run in runs.items()
-    }
+    episodes = {label: {r["scenario"]: r for r in read_episodes(run)} for label, run in runs.items()}
     fig, axes = plt.subplots(len(scenarios), 1, figsize=(10, 2.0 * len(scenarios)), sharex=True)
     for ax, scenario in zip(axes, scenarios):
         lanes, _ = _map_lines(by_id[scenario], bank.path)

@@ -58,9 +58,7 @@ def route_bends_to(route: np.ndarray, side: int, metres: float) -> bool:
     route = np.asarray(route, np.float64)
     if len(route) < 2 or not side:
         return False
-    along = route[1] - route[0]
-    along = along / max(float(np.linalg.norm(along)), 1e-9)
-    across = (route - route[0]) @ np.array([-along[1], along[0]])
+    across = (route - route[0]) @ route_normals(route)[0]  # the first normal is the first segment's
     return bool((side * across).max() >= metres)
 
 
