@@ -387,9 +387,18 @@ class PPOSection(RLSection):
     # a lane change the manoeuvre head chooses is planned for this many decisions of its rollout (0: none),
     # as [eval] hold plans it when the checkpoint is evaluated: the rollouts then drive the policy evaluated
     hold: int = Field(0, ge=0)
+    # metres the route the plan reads moves into the lane a held change goes to, as [eval] route_shift draws
+    # it (agents.vla.route_shift; 0: none; needs hold)
+    route_shift: float = Field(0.0, ge=0)
     # this share of the rollouts' episodes start with the ego standing: the exploration noise moves a car
     # at rest whatever the plan's mean, so without them the rollouts rarely meet a plan that stays standing
     standing_starts: float = Field(0.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _route_shift_needs_hold(self) -> PPOSection:
+        if self.route_shift and not self.hold:
+            raise ValueError("route_shift draws the lane change held into the route: it needs hold > 0")
+        return self
 
 
 class SB3Section(_Section):

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from agents.expert import MIN_RAMP_M, RAMP_S  # the route moves across as the expert does
 from agents.vla.manoeuvre import MANOEUVRES, ManoeuvreHold
@@ -43,6 +44,16 @@ from scenarios.maps import smoothstep
 
 KEEP = MANOEUVRES.index("keep_lane")
 SIDES = {MANOEUVRES.index("change_left"): 1, MANOEUVRES.index("change_right"): -1}  # + is the ego's left
+
+
+def planned_on_route(manoeuvres: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+    """The classes a plan is given for the held ``manoeuvres`` ``[B]`` on routes drawn a lane to ``drawn``
+    ``[B]`` (+1 left, -1 right, 0: where they run): keep the lane where the route is moved for that change
+    already (the route carries it; the class again would move the car twice)."""
+    side = torch.zeros_like(manoeuvres)
+    for manoeuvre, sign in SIDES.items():
+        side = torch.where(manoeuvres == manoeuvre, sign, side)
+    return torch.where((side != 0) & (side == drawn.to(side)), KEEP, manoeuvres)
 
 
 def route_normals(route: np.ndarray) -> np.ndarray:
@@ -108,11 +119,14 @@ class RouteShift:
         self.driven += speed * self.decision_s
         return moved
 
+    @property
+    def drawn(self) -> int:
+        """The side the route is drawn a lane to for the change held (+1 left, -1 right), 0 where it is not."""
+        return 0 if self.route_moves else self.side
+
     def planned(self, manoeuvre: int) -> int:
-        """The class the plan is given for the hold's ``manoeuvre``: keep the lane where the route is being
-        moved for that change already (the route carries it; the class again would move it twice)."""
-        side = SIDES.get(manoeuvre, 0)
-        return KEEP if side and side == self.side and not self.route_moves else manoeuvre
+        """The class the plan is given for the hold's ``manoeuvre`` (:func:`planned_on_route`)."""
+        return int(planned_on_route(torch.tensor([manoeuvre]), torch.tensor([self.drawn]))[0])
 
     def offset_at(self, ahead: np.ndarray | float) -> np.ndarray:
         """The route's offset (m, left positive) ``ahead`` metres along it from where the car is."""

@@ -21,11 +21,15 @@ trajectory; the action's log-prob is then the joint one (reasoning
 tokens + chain), and ``reasoning_ids`` (padded with -1), ``text_logp`` and ``traj_logp`` are kept.
 ``hold`` (decisions, 0: none): a lane change the manoeuvre head chooses is planned for that many
 decisions of its episode, as ``vla:PATH?hold=N`` evaluates (:mod:`training.rl.hold` reads each episode's
-last decision back into the batch).
+last decision back into the batch). ``route_shift`` (metres, with a hold): the route the plan reads is
+drawn into the lane of the change held, as ``vla:PATH?route_shift=M`` evaluates (the env runner's
+:class:`training.rl.route_shift.ShiftedRoutes` moves the episode's observation and says where, in
+``shift_side``), and a change on a route drawn for it is planned as ``keep_lane``.
 
 For a VLA whose plan is given a manoeuvre, every decision also keeps the class it was planned with
-(``manoeuvre``) and the decisions its hold has left (``hold_left``): the learner scores each chain given
-the class it was sampled with, not the head's choice at that state (the two differ under a hold).
+(``manoeuvre``), the class its hold keeps (``hold_class``: the change itself where the route carries it)
+and the decisions that hold has left (``hold_left``): the learner scores each chain given the class it
+was sampled with, not the head's choice at that state (the two differ under a hold).
 """
 
 from __future__ import annotations
@@ -42,12 +46,15 @@ from torch import nn
 from agents.policy import load_policy
 from agents.vla.manoeuvre import hold_manoeuvres, why_nothing_to_hold
 from agents.vla.model import STATE_FEATURES, state_features
+from agents.vla.route_shift import planned_on_route
 from envs.observations import EGO_STATE_DIM, STATE_DIM
 
 CHAIN, SMASK = "chain", "smask"
 REASONING_IDS, TEXT_LOGP, TRAJ_LOGP = "reasoning_ids", "text_logp", "traj_logp"
-MANOEUVRE, HOLD_LEFT = "manoeuvre", "hold_left"  # per decision: the class planned, decisions its hold has left
-HELD, HELD_FOR = "held", "held_for"  # an episode's last decision's two, as the next decision's input
+# per decision: the class planned, the class its hold keeps, and the decisions that hold has left
+MANOEUVRE, HOLD_CLASS, HOLD_LEFT = "manoeuvre", "hold_class", "hold_left"
+HELD, HELD_FOR = "held", "held_for"  # an episode's last decision's hold, as the next decision's input
+SHIFT_SIDE = "shift_side"  # the side the episode's route is drawn a lane to (+1 left, -1 right, 0: none)
 
 
 def observations_from_batch(obs: dict[str, Any]) -> list[dict[str, np.ndarray]]:
@@ -104,32 +111,39 @@ class VLAModule(TorchRLModule, ValueFunctionAPI):
         self.value_head = ValueHead(STATE_FEATURES + extra)
         self.generator = torch.Generator().manual_seed(int(mc.get("seed", 0)))
         self.hold = int(mc.get("hold", 0))
+        self.route_shift = float(mc.get("route_shift", 0.0))
         self.plans_a_manoeuvre = why_nothing_to_hold(self.vla) is None  # Alpamayo's: no manoeuvre head
         if self.hold and not self.plans_a_manoeuvre:
             raise ValueError(
                 f"hold = {self.hold}: the VLA at {mc['path']} cannot hold a manoeuvre: {why_nothing_to_hold(self.vla)}"
             )
+        if self.route_shift and not self.vla.config.route_inputs:
+            raise ValueError(f"route_shift: the VLA at {mc['path']} reads no route (route_inputs = false)")
 
     # --- acting (env runners) ------------------------------------------------------------------------------
     def _manoeuvre_choice(self, batch: dict[str, Any], planned: dict[str, torch.Tensor]) -> dict[str, Any]:
         """The VLA's ``choose`` for this call, as keyword arguments (none where its plan is given no
         manoeuvre): with a hold, one step of it from each episode's last decision (``held``,
-        ``held_for``); writes the classes planned and the decisions their hold has left into ``planned``."""
+        ``held_for``), with the route shift ``keep_lane`` where the route is drawn for the change held
+        (``shift_side``); writes the classes planned, the classes held and the decisions their hold has
+        left into ``planned``."""
         if not self.plans_a_manoeuvre:
             return {}
-        if self.hold and HELD not in batch:
-            raise ValueError(
-                f"hold = {self.hold}: the batch carries no {HELD!r} / {HELD_FOR!r} columns "
-                "(the env runner's connector training.rl.hold.HeldManoeuvres adds them)"
-            )
+        for needed, columns, piece in (
+            (self.hold, (HELD, HELD_FOR), "training.rl.hold.HeldManoeuvres"),
+            (self.route_shift, (SHIFT_SIDE,), "training.rl.route_shift.ShiftedRoutes"),
+        ):
+            if needed and any(column not in batch for column in columns):
+                raise ValueError(f"the batch carries no {columns} (the env runner's {piece} adds them)")
 
         def choose(chosen: torch.Tensor) -> torch.Tensor:
             if self.hold:
                 held, held_for = (torch.as_tensor(batch[k]).to(chosen) for k in (HELD, HELD_FOR))
-                manoeuvres, left = hold_manoeuvres(chosen, held, held_for, self.hold)
+                kept, left = hold_manoeuvres(chosen, held, held_for, self.hold)
             else:
-                manoeuvres, left = chosen, torch.zeros_like(chosen)
-            planned[MANOEUVRE], planned[HOLD_LEFT] = manoeuvres.cpu(), left.cpu()
+                kept, left = chosen, torch.zeros_like(chosen)
+            manoeuvres = planned_on_route(kept, torch.as_tensor(batch[SHIFT_SIDE])) if self.route_shift else kept
+            planned[MANOEUVRE], planned[HOLD_CLASS], planned[HOLD_LEFT] = manoeuvres.cpu(), kept.cpu(), left.cpu()
             return manoeuvres
 
         return {"choose": choose}

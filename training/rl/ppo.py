@@ -233,6 +233,7 @@ def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, 
             "seed": recipe.seed,
             "value_inputs": rl.value_inputs,
             "hold": rl.hold,
+            "route_shift": rl.route_shift,
         }
         env_cfg = env_config(recipe, image_size)
         if rl.value_inputs == "privileged":  # the critic's extra observation (the policy never reads it)
@@ -241,7 +242,9 @@ def build_algorithm(recipe: PPORecipe, model_path: Path, image_size: tuple[int, 
     else:  # a classic baseline: RLlib's default MLP (state) or CNN (BEV) module, with (accel, steer) control
         spec, env_cfg = RLModuleSpec(model_config=BASELINE_MODELS[rl.policy]), baseline_env_config(recipe)
     config = (
-        env_runner_config(env_cfg, spec, rl.env_runners, recipe.seed, rl.envs_per_runner, hold=rl.hold > 0)
+        env_runner_config(
+            env_cfg, spec, rl.env_runners, recipe.seed, rl.envs_per_runner, hold=rl.hold, route_shift=rl.route_shift
+        )
         .training(
             lr=rl.lr,
             gamma=rl.gamma,

@@ -403,18 +403,21 @@ def env_runner_config(
     num_env_runners: int,
     seed: int,
     envs_per_runner: int = 1,
-    hold: bool = False,
+    hold: int = 0,
+    route_shift: float = 0.0,
 ):
     """The RLlib config of our env runners: ``RLDriveEnv`` with trajectories passed through untouched
     (no action normalisation or clipping), whole episodes, ``envs_per_runner`` envs per runner (stepped
     side by side, the module called once per decision for all of them), the given module, and
-    restarts of failed runners; with ``hold`` each episode's held manoeuvre is read back into the
-    module's batch (:mod:`training.rl.hold`). A ``PPOConfig``, because any new-stack config serves for
+    restarts of failed runners; with ``hold`` (decisions) each episode's held manoeuvre is read back into
+    the module's batch (:mod:`training.rl.hold`), with ``route_shift`` (metres) its route drawn into the
+    lane held (:mod:`training.rl.route_shift`). A ``PPOConfig``, because any new-stack config serves for
     the runners and PPO adds its training settings on top."""
     from ray.rllib.algorithms.ppo import PPOConfig
 
+    from envs.world import DT
     from training.rl.env import RLDriveEnv
-    from training.rl.hold import held_manoeuvres_connector
+    from training.rl.hold import HoldConnectors
 
     return (
         PPOConfig()
@@ -428,7 +431,9 @@ def env_runner_config(
             batch_mode="complete_episodes",
             num_cpus_per_env_runner=1,
             rollout_fragment_length="auto",
-            env_to_module_connector=held_manoeuvres_connector if hold else None,
+            env_to_module_connector=(
+                HoldConnectors(hold, route_shift, env_config["decision_every"] * DT) if hold else None
+            ),
         )
         .rl_module(rl_module_spec=module_spec)
         .fault_tolerance(restart_failed_env_runners=True)

@@ -213,25 +213,42 @@ def test_ppo_privileged_critic_reads_the_actors_the_policy_sees_only_as_pixels(r
     assert np.array_equal(plans[0], plans[1])  # ... the policy does not read the state vector
 
 
+@pytest.mark.parametrize("route_shift", [0.0, 3.5])
 def test_ppo_rollouts_hold_the_heads_lane_change_and_the_learner_scores_each_chain_as_sampled(
-    ray_local, tiny_vla, tmp_path
+    ray_local, tiny_vla, tmp_path, route_shift, monkeypatch
 ):
     """With ``rl.hold = 3`` the env runner plans a change the head chooses at three decisions of its episode
     (each decision reads the episode's last one back; an episode starts free), and the learner scores every
     stored chain given the class it was planned with: its own head (here: always keep_lane) would condition
-    the held decisions otherwise, and the first update's ratio would not be 1."""
+    the held decisions otherwise, and the first update's ratio would not be 1. With ``rl.route_shift`` the
+    route of each decision after a change is chosen is drawn a lane to its side while the hold lasts, the
+    change is planned as keep_lane there, and the learner scores the chain on the route drawn (were the
+    episode's observation left as the env gave it, the ratio would not be 1)."""
     from agents.vla.manoeuvre import hold_manoeuvres
     from agents.vla.model import VLA, VLAConfig
+    from agents.vla.route_shift import SIDES, RouteShift, planned_on_route
     from training.recipes import RecipeError
-    from training.rl.module import HELD, HELD_FOR, HOLD_LEFT, MANOEUVRE
+    from training.rl.module import HELD, HELD_FOR, HOLD_CLASS, HOLD_LEFT, MANOEUVRE, SHIFT_SIDE
     from training.rl.ppo import build_algorithm, learner_module, train_ppo
 
     with pytest.raises(RecipeError, match=r"rl\.hold = 3: .* cannot hold a manoeuvre: its plan is given no"):
         train_ppo(_rl_recipe("ppo", tiny_vla, hold=3), tmp_path / "no_head", progress=False)
+    with pytest.raises(ValueError, match="route_shift draws the lane change held into the route: it needs hold"):
+        _rl_recipe("ppo", tiny_vla, route_shift=3.5)
     path = tmp_path / "vla"
     VLA(VLAConfig(size="tiny", image_size=(56, 112), manoeuvres=3, manoeuvre_in_state=True)).save_pretrained(path)
-    algo = build_algorithm(_rl_recipe("ppo", path, hold=3, lr=1e-9, epochs=1), path, (56, 112))
-    calls = []
+    recipe = _rl_recipe("ppo", path, hold=3, route_shift=route_shift, lr=1e-9, epochs=1)
+    algo = build_algorithm(recipe, path, (56, 112))
+    calls, drawn_routes = [], []  # the routes the env runner's route shift drew (one env: one per decision)
+    columns = (HELD, HELD_FOR) + ((SHIFT_SIDE,) if route_shift else ())
+    draw = RouteShift.__call__
+
+    def spied(shift, observation, hold):
+        out = draw(shift, observation, hold)
+        drawn_routes.append((out["route"], not np.array_equal(out["route"], observation["route"])))
+        return out
+
+    monkeypatch.setattr(RouteShift, "__call__", spied)
     try:
         acting = algo.env_runner_group.local_env_runner.module
         scripted = iter([1, 0, 0, 0, 0, 2, 0, 1, 0, 0] * 100)  # the runner's head: a change now and then
@@ -245,9 +262,11 @@ def test_ppo_rollouts_hold_the_heads_lane_change_and_the_learner_scores_each_cha
 
         def recorded(batch, **kwargs):
             out = explore(batch, **kwargs)
-            calls[-1] |= {k: int(batch[k][0]) for k in (HELD, HELD_FOR)} | {
-                k: int(out[k][0]) for k in (MANOEUVRE, HOLD_LEFT)
+            calls[-1] |= {k: int(batch[k][0]) for k in columns} | {
+                k: int(out[k][0]) for k in (MANOEUVRE, HOLD_CLASS, HOLD_LEFT)
             }
+            if route_shift:  # the module reads the route as the shift drew it for this decision
+                calls[-1]["as_drawn"] = np.array_equal(np.asarray(batch["obs"]["route"][0]), drawn_routes[-1][0])
             return out
 
         acting._forward_exploration = recorded
@@ -258,18 +277,27 @@ def test_ppo_rollouts_hold_the_heads_lane_change_and_the_learner_scores_each_cha
         algo.stop()
     one = torch.tensor
     for call in calls:
-        planned, left = hold_manoeuvres(one([call["chosen"]]), one([call[HELD]]), one([call[HELD_FOR]]), 3)
-        assert (call[MANOEUVRE], call[HOLD_LEFT]) == (int(planned[0]), int(left[0]))
+        kept, left = hold_manoeuvres(one([call["chosen"]]), one([call[HELD]]), one([call[HELD_FOR]]), 3)
+        assert (call[HOLD_CLASS], call[HOLD_LEFT]) == (int(kept[0]), int(left[0]))
+        planned = planned_on_route(kept, one([call[SHIFT_SIDE]])) if route_shift else kept
+        assert call[MANOEUVRE] == int(planned[0])
+        if route_shift:  # the route follows the last decision's hold (a straight road: every change drawn)
+            assert call[SHIFT_SIDE] == (SIDES.get(call[HELD], 0) if call[HELD_FOR] > 0 else 0)
     starts = [
         later
         for earlier, later in itertools.pairwise(calls)
-        if (later[HELD], later[HELD_FOR]) != (earlier[MANOEUVRE], earlier[HOLD_LEFT])
+        if (later[HELD], later[HELD_FOR]) != (earlier[HOLD_CLASS], earlier[HOLD_LEFT])
     ]
     assert all((s[HELD], s[HELD_FOR]) == (0, 0) for s in starts)  # only where an episode starts
     assert len(starts) <= result["env_runners"]["num_episodes"]
     assert (calls[0][HELD], calls[0][HELD_FOR]) == (0, 0)
-    held = [c for c in calls if c["chosen"] == 0 and c[MANOEUVRE] != 0]
+    held = [c for c in calls if c["chosen"] == 0 and c[HOLD_CLASS] != 0]
     assert len(held) > len(calls) / 5  # decisions where the head kept its lane and the hold did not
+    if route_shift:  # every decision a change is held at reads the route drawn into its lane, and keeps that lane
+        assert all(c[SHIFT_SIDE] == SIDES[c[HOLD_CLASS]] and c[MANOEUVRE] == 0 for c in held)
+        assert all(c["as_drawn"] for c in calls) and sum(moved for _, moved in drawn_routes) > len(held) / 2
+    else:
+        assert not drawn_routes
     learner = result["learners"]["default_policy"]
     assert abs(learner["ratio_mean"] - 1) < 1e-3 and abs(learner["approx_kl_old"]) < 1e-3
 
