@@ -2,12 +2,13 @@
 
 A hold (``rl.hold``, as ``vla:PATH?hold=N`` evaluates) is state that lives across an episode's decisions:
 the lane change being held and the decisions it has left. The module keeps both as outputs of every
-decision (``manoeuvre``, ``hold_left``: RLlib stores them in the episode beside the chain), and this
+decision (``hold_class``, ``hold_left``: RLlib stores them in the episode beside the chain), and this
 env-to-module piece hands an episode's last pair to its next decision (``held``, ``held_for``); an
 episode that starts holds nothing. RLlib resets episodes inside its vector env, so the state follows
 them without the module knowing which env a row came from, and the learner never needs it: it scores
-each chain given the stored ``manoeuvre``. (RLlib's recurrent ``STATE_IN`` / ``STATE_OUT`` would carry
-it too, at the price of sequences and zero-padding in every learner batch.)
+each chain given the stored ``manoeuvre``, the class its plan was given (``keep_lane`` where the route
+shift, :mod:`training.rl.route_shift`, carries the change held). (RLlib's recurrent ``STATE_IN`` /
+``STATE_OUT`` would carry it too, at the price of sequences and zero-padding in every learner batch.)
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ class HoldConnectors:
     hold: int
     route_shift: float = 0.0
     decision_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.route_shift and self.decision_s <= 0:
+            raise ValueError(f"route_shift = {self.route_shift}: give the decisions' period decision_s > 0")
 
     def __call__(self, env: Any = None, spaces: Any = None, device: Any = None) -> list[ConnectorV2]:
         if not self.route_shift:

@@ -56,3 +56,13 @@ def test_shifted_routes_move_each_new_observation_as_the_agents_route_shift_once
     connector(rl_module=None, batch={}, episodes=[fresh])
     np.testing.assert_array_equal(fresh.get_observations(-1)["route"], raw[3]["route"])
     assert list(connector._shifts) == [fresh.id_]
+
+
+def test_the_route_shift_needs_the_decisions_period():
+    from training.rl.hold import HeldManoeuvres, HoldConnectors
+    from training.rl.route_shift import ShiftedRoutes
+
+    with pytest.raises(ValueError, match=r"route_shift = 3\.5: give the decisions' period decision_s > 0"):
+        HoldConnectors(12, 3.5)
+    assert [type(c) for c in HoldConnectors(12)()] == [HeldManoeuvres]
+    assert [type(c) for c in HoldConnectors(12, 3.5, 0.5)()] == [HeldManoeuvres, ShiftedRoutes]
