@@ -36,7 +36,8 @@ class ShiftedRoutes(ConnectorV2):
     def __call__(self, *, rl_module, batch: dict[str, Any], episodes: list, **kwargs) -> dict[str, Any]:
         shifts = {}
         for episode in self.single_agent_episode_iterator(episodes):
-            shift, moved_at = self._shifts.get(episode.id_, (RouteShift(self.metres, self.decision_s), -1))
+            known = self._shifts.get(episode.id_)  # (a new episode starts a shift of its own)
+            shift, moved_at = known if known else (RouteShift(self.metres, self.decision_s), -1)
             step = episode.t
             if step != moved_at:  # (a second pass over the same step must not move the route twice)
                 held, left = last_hold(episode)
