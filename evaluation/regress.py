@@ -5,7 +5,8 @@ different rigs), by (scenario, seed). The test is on the paired score difference
 a one-sided paired bootstrap of the mean difference (default) or an exact sign test. A regression
 is a mean drop larger than ``tolerance`` points with p < alpha, or a must-pass scenario (by tag)
 that succeeded in the baseline and fails in the candidate. Exit codes: 1 regression, 0 none,
-2 unusable input (missing files, different banks, nothing to pair).
+2 unusable input (missing files, different banks, nothing to pair). Several training draws of each
+arm, pooled: :mod:`evaluation.draws`.
 """
 
 from __future__ import annotations
@@ -89,17 +90,25 @@ def bootstrap_p(diffs: np.ndarray, seed: int = 0) -> tuple[float, tuple[float, f
     return p, (float(lo), float(hi))
 
 
-def compare(
-    baseline: str | Path,
-    candidate: str | Path,
-    metric: str = "leaderboard",
-    alpha: float = 0.05,
-    must_pass: list[str] | None = None,
-    test: str = "bootstrap",
-    tolerance: float = 0.5,
-) -> Comparison:
-    if test not in ("bootstrap", "sign"):
-        raise RegressInputError(f"--test must be 'bootstrap' or 'sign', got {test!r}")
+@dataclass
+class PairedRuns:
+    """Two runs' episodes on one bank, paired: ``b[i]`` and ``c[i]`` score episode ``keys[i]`` in each."""
+
+    baseline: str
+    candidate: str
+    metric: str
+    base_summary: dict[str, Any]
+    cand_summary: dict[str, Any]
+    base: dict[str, dict[str, Any]]
+    cand: dict[str, dict[str, Any]]
+    keys: list[str]
+    b: np.ndarray
+    c: np.ndarray
+    rigs: dict[str, str]
+
+
+def pair_runs(baseline: str | Path, candidate: str | Path, metric: str = "leaderboard") -> PairedRuns:
+    """Load two run folders and pair their scored episodes (by scenario, seed and rig; across rigs without it)."""
     base_sum, base = _load_run(baseline, "baseline")
     cand_sum, cand = _load_run(candidate, "candidate")
     if base_sum["bank"] != cand_sum["bank"]:
@@ -117,6 +126,32 @@ def compare(
         c = np.array([suite_score(cand[k], metric) for k in keys])
     except KeyError:
         raise RegressInputError(f"metric {metric!r} is not in both runs' suites") from None
+    return PairedRuns(str(baseline), str(candidate), metric, base_sum, cand_sum, base, cand, keys, b, c, rigs)
+
+
+def compare(
+    baseline: str | Path,
+    candidate: str | Path,
+    metric: str = "leaderboard",
+    alpha: float = 0.05,
+    must_pass: list[str] | None = None,
+    test: str = "bootstrap",
+    tolerance: float = 0.5,
+) -> Comparison:
+    _check_test(test)
+    return compare_paired(pair_runs(baseline, candidate, metric), alpha, must_pass, test, tolerance)
+
+
+def compare_paired(
+    runs: PairedRuns,
+    alpha: float = 0.05,
+    must_pass: list[str] | None = None,
+    test: str = "bootstrap",
+    tolerance: float = 0.5,
+) -> Comparison:
+    """The regression check on two runs already paired by :func:`pair_runs`."""
+    _check_test(test)
+    base, cand, keys, b, c, metric = runs.base, runs.cand, runs.keys, runs.b, runs.c, runs.metric
     d = c - b
     if test == "bootstrap":
         p, ci = bootstrap_p(d)
@@ -138,9 +173,9 @@ def compare(
         test=test,
         alpha=alpha,
         tolerance=tolerance,
-        bank=cand_sum["bank"],
-        baseline=f"{base_sum['agent']} ({baseline})",
-        candidate=f"{cand_sum['agent']} ({candidate})",
+        bank=runs.cand_summary["bank"],
+        baseline=f"{runs.base_summary['agent']} ({runs.baseline})",
+        candidate=f"{runs.cand_summary['agent']} ({runs.candidate})",
         n_pairs=len(keys),
         baseline_mean=float(b.mean()),
         candidate_mean=float(c.mean()),
@@ -153,8 +188,13 @@ def compare(
         newly_failing_must_pass=newly_failing,
         unpaired=sorted(set(base) ^ set(cand)),
         endings=paired_endings([base[k] for k in keys], [cand[k] for k in keys]),
-        rigs=rigs,
+        rigs=runs.rigs,
     )
+
+
+def _check_test(test: str) -> None:
+    if test not in ("bootstrap", "sign"):
+        raise RegressInputError(f"--test must be 'bootstrap' or 'sign', got {test!r}")
 
 
 def _one_rig_each(base: dict[str, dict[str, Any]], cand: dict[str, dict[str, Any]]) -> dict[str, str]:

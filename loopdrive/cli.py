@@ -6,6 +6,7 @@ Subcommands import their layer lazily so ``loopdrive bank validate`` starts fast
   loopdrive eval --bank NAME|PATH --agent SPEC --out DIR [--split S] [--seeds K] [--workers N]
                  [--ray-address ADDR] [--rig R[,R2]] [--video] [--config eval.toml]
   loopdrive regress --baseline DIR --candidate DIR [--must-pass TAGS] [--alpha 0.05]
+  loopdrive regress --baseline DIR1 DIR2 DIR3 --candidate DIR1 DIR2 DIR3   (training draws, paired in order, pooled)
   loopdrive report DIR                 (rebuild report.html from a run's journal)
   loopdrive compare --out DIR LABEL=RUN [LABEL=RUN ...]   (runs side by side: curvature ratio per rig, scores)
   loopdrive collect --bank core --split train --agent expert --out data/x.zarr [--seeds K] [...]
@@ -201,23 +202,22 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _regress(args: argparse.Namespace) -> int:
-    from evaluation.regress import RegressInputError, compare, to_markdown, write_outputs
+    from evaluation import draws, regress
 
+    must_pass = args.must_pass.split(",") if args.must_pass else None
+    options = {"metric": args.metric, "alpha": args.alpha, "test": args.test, "tolerance": args.tolerance}
     try:
-        cmp = compare(
-            args.baseline,
-            args.candidate,
-            metric=args.metric,
-            alpha=args.alpha,
-            test=args.test,
-            must_pass=args.must_pass.split(",") if args.must_pass else None,
-            tolerance=args.tolerance,
-        )
-    except RegressInputError as e:
+        if len(args.baseline) == len(args.candidate) == 1:
+            cmp = regress.compare(args.baseline[0], args.candidate[0], must_pass=must_pass, **options)
+            out = regress.write_outputs(cmp, args.out or Path(args.candidate[0]) / "regress")
+            print(regress.to_markdown(cmp))
+        else:
+            cmp = draws.compare_draws(args.baseline, args.candidate, must_pass=must_pass, **options)
+            out = draws.write_outputs(cmp, args.out or Path(args.candidate[0]) / "regress_draws")
+            print(draws.to_markdown(cmp))
+    except regress.RegressInputError as e:
         print(f"loopdrive regress: error: {e}", file=sys.stderr)
         return 2
-    out = write_outputs(cmp, args.out or Path(args.candidate) / "regress")
-    print(to_markdown(cmp))
     print(f"reports: {out / 'regress.md'}, {out / 'regress.html'}")
     return 1 if cmp.failed else 0
 
@@ -387,8 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     rg = sub.add_parser(
         "regress", help="paired comparison of a candidate run with a baseline run; exit 1 on regression"
     )
-    rg.add_argument("--baseline", required=True)
-    rg.add_argument("--candidate", required=True)
+    draws = "one run, or one per training draw (the candidates' in the same order): the draws are pooled"
+    rg.add_argument("--baseline", required=True, nargs="+", help=draws)
+    rg.add_argument("--candidate", required=True, nargs="+", help=draws)
     rg.add_argument("--metric", default="leaderboard", help="suite to compare (leaderboard, pdms, alpasim, ...)")
     rg.add_argument(
         "--must-pass", help="comma-separated tags whose scenarios must keep succeeding ('all' for every one)"
@@ -396,7 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
     rg.add_argument("--alpha", type=float, default=0.05)
     rg.add_argument("--test", default="bootstrap", choices=["bootstrap", "sign"])
     rg.add_argument("--tolerance", type=float, default=0.5, help="mean drop (points) below which nothing is flagged")
-    rg.add_argument("--out", help="folder for regress.md / .html / .json (default CANDIDATE/regress)")
+    rg.add_argument(
+        "--out", help="folder for regress.md / .html / .json (default CANDIDATE/regress, or regress_draws for draws)"
+    )
     rg.set_defaults(fn=_regress)
 
     rp = sub.add_parser("report", help="rebuild report.html of a run folder")

@@ -243,6 +243,49 @@ def test_regress_exit_codes(expert_run, tmp_path, capsys):
     assert "different banks" in capsys.readouterr().err
 
 
+def _rescored(src: Path, dst: Path, change: dict[str, float], drop: tuple[str, ...] = ()) -> Path:
+    """A copy of run ``src`` with each listed scenario's Driving Score moved by its points, ``drop`` unscored."""
+    shutil.copytree(src, dst)
+    lines = [json.loads(x) for x in (dst / "episodes.jsonl").read_text().splitlines()]
+    for x in lines:
+        x["suites"]["leaderboard"]["score"] += change.get(x["scenario"], 0.0)
+    (dst / "episodes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines if x["scenario"] not in drop))
+    return dst
+
+
+def test_regress_pools_training_draws_paired_in_order(expert_run, tmp_path, capsys):
+    base, _ = expert_run
+    base_2 = _rescored(base, tmp_path / "base_2", {"straight-000": -30.0})
+    cand_1 = _rescored(base, tmp_path / "cand_1", {"curve-000": -20.0})
+    cand_2 = _rescored(base, tmp_path / "cand_2", {"curve-000": -40.0, "lead_brake-000": -26.0, "straight-000": -30.0})
+    args = ["regress", "--baseline", str(base), str(base_2), "--candidate", str(cand_1), str(cand_2)]
+    assert main(args) == 0  # one family down, the mean inside the noise over 4 episodes
+    out = capsys.readouterr().out
+    # draw 2 is paired with its own baseline (straight-000 -30 in both: no change); per episode, over the draws:
+    # curve -30, lead_brake -13, cut_in 0, straight 0
+    assert "episodes paired in every draw" in out and "diff -10.75" in out
+    assert "families losing 5 points or more (pooled): curve -30.0, lead_brake -13.0" in out
+    record = json.loads((cand_1 / "regress_draws" / "regress.json").read_text())
+    assert record["n_pooled"] == 4 and record["mean_diff"] == pytest.approx(-10.75)
+    assert [d["mean_diff"] for d in record["draws"]] == pytest.approx([-5.0, -16.5])
+    assert record["families_lost"] == ["curve", "lead_brake"] and not record["failed"]
+    page = (cand_1 / "regress_draws" / "regress.html").read_text()
+    assert 'id="families"' in page and 'href="draw_2/regress.html"' in page
+    assert (cand_1 / "regress_draws" / "draw_2" / "regress.md").exists()
+
+    # every draw worse everywhere: a regression; an episode missing from one draw is left out of the pool
+    worse = {name: -15.0 for name in FEW}
+    cand_3 = _rescored(base, tmp_path / "cand_3", worse, drop=("cut_in-000",))
+    cand_4 = _rescored(base_2, tmp_path / "cand_4", worse)
+    args = ["regress", "--baseline", str(base), str(base_2), "--candidate", str(cand_3), str(cand_4)]
+    assert main([*args, "--out", str(tmp_path / "worse")]) == 1
+    record = json.loads((tmp_path / "worse" / "regress.json").read_text())
+    assert record["n_pooled"] == 3 and record["mean_diff"] == pytest.approx(-15.0) and record["failed"]
+
+    assert main(["regress", "--baseline", str(base), str(base_2), "--candidate", str(cand_1)]) == 2
+    assert "2 baseline runs and 1 candidate runs" in capsys.readouterr().err
+
+
 def test_paired_tests():
     import numpy as np
 
