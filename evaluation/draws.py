@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from evaluation import regress
-from evaluation.regress import Comparison, RegressInputError, bootstrap_p, sign_test_p
+from evaluation.regress import Comparison, RegressInputError
 from evaluation.report import TEMPLATES
 
 FAMILY_LOSS = 5.0  # points: a family whose pooled difference is this low or lower is flagged
@@ -88,13 +88,11 @@ def compare_draws(
     keys = sorted(set.intersection(*(set(runs.keys) for runs in paired)))
     if not keys:
         raise RegressInputError("no episode was scored in every run")
-    index = [{k: i for i, k in enumerate(runs.keys)} for runs in paired]
-    b = np.mean([runs.b[[ix[k] for k in keys]] for runs, ix in zip(paired, index)], axis=0)
-    c = np.mean([runs.c[[ix[k] for k in keys]] for runs, ix in zip(paired, index)], axis=0)
+    rows = [np.searchsorted(runs.keys, keys) for runs in paired]  # both sorted: each run's pooled rows
+    b = np.mean([runs.b[r] for runs, r in zip(paired, rows)], axis=0)
+    c = np.mean([runs.c[r] for runs, r in zip(paired, rows)], axis=0)
     d = c - b
-    p, ci = bootstrap_p(d)
-    if test == "sign":
-        p = sign_test_p(int(np.sum(d < 0)), int(np.sum(d > 0)))
+    p, ci = regress.paired_test(d, test)
     family_of = np.array([paired[0].base[k].get("family", "") for k in keys])
     families = [
         FamilyChange(

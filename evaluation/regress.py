@@ -129,6 +129,14 @@ def pair_runs(baseline: str | Path, candidate: str | Path, metric: str = "leader
     return PairedRuns(str(baseline), str(candidate), metric, base_sum, cand_sum, base, cand, keys, b, c, rigs)
 
 
+def paired_test(diffs: np.ndarray, test: str) -> tuple[float, tuple[float, float]]:
+    """The one-sided p-value of the chosen test (``bootstrap`` or ``sign``) and the bootstrap 95% interval."""
+    p, ci = bootstrap_p(diffs)
+    if test == "sign":
+        p = sign_test_p(int(np.sum(diffs < 0)), int(np.sum(diffs > 0)))
+    return p, ci
+
+
 def compare(
     baseline: str | Path,
     candidate: str | Path,
@@ -138,7 +146,6 @@ def compare(
     test: str = "bootstrap",
     tolerance: float = 0.5,
 ) -> Comparison:
-    _check_test(test)
     return compare_paired(pair_runs(baseline, candidate, metric), alpha, must_pass, test, tolerance)
 
 
@@ -153,11 +160,7 @@ def compare_paired(
     _check_test(test)
     base, cand, keys, b, c, metric = runs.base, runs.cand, runs.keys, runs.b, runs.c, runs.metric
     d = c - b
-    if test == "bootstrap":
-        p, ci = bootstrap_p(d)
-    else:
-        p = sign_test_p(int(np.sum(d < 0)), int(np.sum(d > 0)))
-        ci = bootstrap_p(d)[1]
+    p, ci = paired_test(d, test)
     rows = [_row(k, base[k], cand[k], metric) for k in keys]
     tags = set(must_pass or [])
     newly_failing = [
