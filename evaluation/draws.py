@@ -92,7 +92,6 @@ def compare_draws(
     b = np.mean([runs.b[r] for runs, r in zip(paired, rows)], axis=0)
     c = np.mean([runs.c[r] for runs, r in zip(paired, rows)], axis=0)
     d = c - b
-    p, ci = regress.paired_test(d, test)
     family_of = np.array([paired[0].base[k].get("family", "") for k in keys])
     families = [
         FamilyChange(
@@ -112,12 +111,7 @@ def compare_draws(
         bank=bank,
         draws=draws,
         n_pooled=len(keys),
-        baseline_mean=float(b.mean()),
-        candidate_mean=float(c.mean()),
-        mean_diff=float(d.mean()),
-        ci95=ci,
-        p_value=p,
-        significant_drop=bool(p < alpha and d.mean() < -tolerance),
+        **regress.paired_verdict(b, c, test, alpha, tolerance)._asdict(),
         families=sorted(families, key=lambda f: f.mean_diff),
     )
 

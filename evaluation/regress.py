@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -129,12 +129,26 @@ def pair_runs(baseline: str | Path, candidate: str | Path, metric: str = "leader
     return PairedRuns(str(baseline), str(candidate), metric, base_sum, cand_sum, base, cand, keys, b, c, rigs)
 
 
-def paired_test(diffs: np.ndarray, test: str) -> tuple[float, tuple[float, float]]:
-    """The one-sided p-value of the chosen test (``bootstrap`` or ``sign``) and the bootstrap 95% interval."""
-    p, ci = bootstrap_p(diffs)
+class PairedVerdict(NamedTuple):
+    """What a paired check concludes from the episodes' scores: the fields ``Comparison`` and the pooled
+    check over draws share."""
+
+    baseline_mean: float
+    candidate_mean: float
+    mean_diff: float
+    ci95: tuple[float, float]  # bootstrap
+    p_value: float  # one-sided, of the chosen test
+    significant_drop: bool  # p below alpha and the mean down by more than the tolerance
+
+
+def paired_verdict(b: np.ndarray, c: np.ndarray, test: str, alpha: float, tolerance: float) -> PairedVerdict:
+    """The paired test (``bootstrap`` or ``sign``) of candidate scores ``c`` against baseline scores ``b``."""
+    d = c - b
+    p, ci = bootstrap_p(d)
     if test == "sign":
-        p = sign_test_p(int(np.sum(diffs < 0)), int(np.sum(diffs > 0)))
-    return p, ci
+        p = sign_test_p(int(np.sum(d < 0)), int(np.sum(d > 0)))
+    drop = bool(p < alpha and d.mean() < -tolerance)
+    return PairedVerdict(float(b.mean()), float(c.mean()), float(d.mean()), ci, p, drop)
 
 
 def compare(
@@ -158,9 +172,7 @@ def compare_paired(
 ) -> Comparison:
     """The regression check on two runs already paired by :func:`pair_runs`."""
     _check_test(test)
-    base, cand, keys, b, c, metric = runs.base, runs.cand, runs.keys, runs.b, runs.c, runs.metric
-    d = c - b
-    p, ci = paired_test(d, test)
+    base, cand, keys, metric = runs.base, runs.cand, runs.keys, runs.metric
     rows = [_row(k, base[k], cand[k], metric) for k in keys]
     tags = set(must_pass or [])
     newly_failing = [
@@ -180,12 +192,7 @@ def compare_paired(
         baseline=f"{runs.base_summary['agent']} ({runs.baseline})",
         candidate=f"{runs.cand_summary['agent']} ({runs.candidate})",
         n_pairs=len(keys),
-        baseline_mean=float(b.mean()),
-        candidate_mean=float(c.mean()),
-        mean_diff=float(d.mean()),
-        ci95=ci,
-        p_value=p,
-        significant_drop=bool(p < alpha and d.mean() < -tolerance),
+        **paired_verdict(runs.b, runs.c, test, alpha, tolerance)._asdict(),
         regressed=sorted((r for r in rows if r["diff"] <= -SCENARIO_DELTA), key=lambda r: r["diff"]),
         improved=sorted((r for r in rows if r["diff"] >= SCENARIO_DELTA), key=lambda r: -r["diff"]),
         newly_failing_must_pass=newly_failing,
